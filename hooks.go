@@ -1,0 +1,51 @@
+package outbox
+
+import "time"
+
+// Result is what became of one message after a delivery attempt.
+type Result string
+
+// The results a relay reports to [HookMessage].
+const (
+	ResultSent        Result = "sent"        // confirmed by the broker and acknowledged
+	ResultRetry       Result = "retry"       // failed, rescheduled with backoff
+	ResultDead        Result = "dead"        // marked dead (attempts used, permanent failure, malformed)
+	ResultUnavailable Result = "unavailable" // destination down; rescheduled without counting the attempt
+	ResultFenced      Result = "fenced"      // published, but another relay took the row over first
+)
+
+// MessageEvent describes one message's attempt, for [HookMessage].
+type MessageEvent struct {
+	Message *Message
+	Result  Result
+	Err     error         // nil when sent
+	Latency time.Duration // created_at to broker confirmation, when sent
+}
+
+// BatchEvent describes one claim-publish-acknowledge cycle, for [HookBatch].
+type BatchEvent struct {
+	Claimed  int           // rows claimed (including malformed ones)
+	Sent     int           // acknowledged as sent
+	Retried  int           // rescheduled with backoff
+	Dead     int           // marked dead
+	Fenced   int           // lost to another relay before the ack
+	Duration time.Duration // claim to acknowledgement
+	Err      error         // a store error that cut the cycle short
+}
+
+// HookBatch is called after every claim-publish-acknowledge cycle that claimed
+// at least one row, and after a claim that failed.
+type HookBatch interface {
+	OnBatch(BatchEvent)
+}
+
+// HookMessage is called once for every message of a batch with its result.
+type HookMessage interface {
+	OnMessage(MessageEvent)
+}
+
+// HookDestination is called when the relay finds the destination down (up =
+// false, and it pauses to probe) and when it finds it back (up = true).
+type HookDestination interface {
+	OnDestination(up bool, err error)
+}

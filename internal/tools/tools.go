@@ -1,0 +1,36 @@
+//go:build tools
+
+package tools
+
+import (
+	_ "github.com/HdrHistogram/hdrhistogram-go"
+	_ "github.com/eclipse/paho.mqtt.golang"
+	_ "github.com/go-sql-driver/mysql"
+	_ "github.com/google/uuid"
+	_ "github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "github.com/nats-io/nats-server/v2/server"
+	_ "github.com/nats-io/nats.go"
+	_ "github.com/nats-io/nats.go/jetstream"
+	_ "github.com/prometheus/client_golang/prometheus"
+	_ "github.com/prometheus/client_golang/prometheus/promhttp"
+	_ "github.com/prometheus/client_golang/prometheus/testutil"
+	_ "github.com/rabbitmq/amqp091-go"
+	_ "github.com/redis/go-redis/v9"
+	_ "github.com/stretchr/testify/require"
+	_ "github.com/twmb/franz-go/pkg/kadm"
+	_ "github.com/twmb/franz-go/pkg/kfake"
+	_ "github.com/twmb/franz-go/pkg/kgo"
+	_ "github.com/urfave/cli/v3"
+	_ "go.opentelemetry.io/otel"
+	_ "go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	_ "go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	_ "go.opentelemetry.io/otel/propagation"
+	_ "go.opentelemetry.io/otel/sdk/trace"
+	_ "go.opentelemetry.io/otel/trace"
+	_ "go.uber.org/goleak"
+	_ "go.yaml.in/yaml/v3"
+	_ "golang.org/x/sync/errgroup"
+	_ "modernc.org/sqlite"
+)

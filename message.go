@@ -1,0 +1,231 @@
+package outbox
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// Status is the state of an outbox row, as stored in its status column.
+type Status int16
+
+// The values of the status column (the table contract).
+const (
+	StatusPending Status = 0 // waiting to be published (or leased by a relay)
+	StatusSent    Status = 1 // confirmed by the broker
+	StatusDead    Status = 2 // gave up: attempts used, or refused for good
+)
+
+// String returns pending, sent, dead or the number.
+func (s Status) String() string {
+	switch s {
+	case StatusPending:
+		return "pending"
+	case StatusSent:
+		return "sent"
+	case StatusDead:
+		return "dead"
+	}
+	return fmt.Sprintf("status(%d)", int16(s))
+}
+
+// Limits of the table contract's varchar(64) columns.
+const (
+	// MaxIDLength is the longest MessageID, AggregateType, AggregateID and EventType accepted.
+	MaxIDLength = 64
+	// MaxTopicLength is the longest Topic and PartitionKey accepted.
+	MaxTopicLength = 255
+)
+
+// Standard header names that every publisher attaches to a message (where the
+// broker has headers), so consumers can deduplicate and route without parsing
+// the payload.
+const (
+	HeaderMessageID     = "outbox-message-id"
+	HeaderAggregateType = "outbox-aggregate-type"
+	HeaderAggregateID   = "outbox-aggregate-id"
+	HeaderEventType     = "outbox-event-type"
+	HeaderTraceparent   = "traceparent"
+	HeaderTracestate    = "tracestate"
+)
+
+// Message is one outbox row: an event about a business entity (the aggregate).
+//
+// A caller fills AggregateType, AggregateID, EventType and Payload, and may set
+// MessageID (otherwise a UUIDv7 is generated), Topic, PartitionKey and Headers.
+// The Writer validates it; stores fill RowID, CreatedAt and Attempt when they
+// read it back.
+type Message struct {
+	// RowID is the row's id column (write order), assigned by the database.
+	RowID int64
+	// MessageID is the global id consumers deduplicate on. Generated (UUIDv7) when empty.
+	MessageID string
+	// AggregateType names the kind of business entity, e.g. "order".
+	AggregateType string
+	// AggregateID identifies the entity; it is the default partition key.
+	AggregateID string
+	// EventType names what happened, e.g. "ORDER_PAID"; it is the default topic.
+	EventType string
+	// Topic overrides the destination (subject, topic, routing key). Optional.
+	Topic string
+	// PartitionKey overrides the key that keeps one aggregate's messages in order. Optional.
+	PartitionKey string
+	// Payload is the message body; it must be valid JSON.
+	Payload json.RawMessage
+	// Headers are string metadata carried to the broker (trace context and the caller's own).
+	Headers map[string]string
+	// CreatedAt is when the row was written (set by the store on read).
+	CreatedAt time.Time
+	// Attempt is the 1-based number of the delivery attempt this claim makes,
+	// which is also the claim's fencing token (set by the store on claim).
+	Attempt int
+}
+
+// Key returns the partition key: PartitionKey when set, else AggregateID.
+func (m *Message) Key() string {
+	if m.PartitionKey != "" {
+		return m.PartitionKey
+	}
+	return m.AggregateID
+}
+
+// Destination returns the topic the message goes to: Topic when set, else EventType.
+func (m *Message) Destination() string {
+	if m.Topic != "" {
+		return m.Topic
+	}
+	return m.EventType
+}
+
+// StandardHeaders returns the message's headers plus the standard outbox
+// headers (message id, aggregate type and id, event type). The caller's own
+// headers never override the standard ones. The result is a new map.
+func (m *Message) StandardHeaders() map[string]string {
+	h := make(map[string]string, len(m.Headers)+4)
+	for k, v := range m.Headers {
+		h[k] = v
+	}
+	h[HeaderMessageID] = m.MessageID
+	h[HeaderAggregateType] = m.AggregateType
+	h[HeaderAggregateID] = m.AggregateID
+	h[HeaderEventType] = m.EventType
+	return h
+}
+
+// ErrInvalidMessage is the sentinel every *ValidationError matches with errors.Is.
+var ErrInvalidMessage = errors.New("outbox: invalid message")
+
+// ValidationError says which field of which message is wrong and why.
+type ValidationError struct {
+	Index  int    // position of the message in the call
+	Field  string // e.g. "Payload"
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("outbox: invalid message %d: %s: %s", e.Index, e.Field, e.Reason)
+}
+
+// Is reports whether target is ErrInvalidMessage.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalidMessage }
+
+// validate checks a message against the table contract and the payload limit.
+// maxPayload <= 0 means no limit.
+func (m *Message) validate(i, maxPayload int) error {
+	bad := func(field, reason string) error { return &ValidationError{Index: i, Field: field, Reason: reason} }
+	if m == nil {
+		return bad("Message", "is nil")
+	}
+	for _, f := range []struct {
+		name, v  string
+		required bool
+		max      int
+	}{
+		{"MessageID", m.MessageID, false, MaxIDLength},
+		{"AggregateType", m.AggregateType, true, MaxIDLength},
+		{"AggregateID", m.AggregateID, true, MaxIDLength},
+		{"EventType", m.EventType, true, MaxIDLength},
+		{"Topic", m.Topic, false, MaxTopicLength},
+		{"PartitionKey", m.PartitionKey, false, MaxTopicLength},
+	} {
+		switch {
+		case f.required && f.v == "":
+			return bad(f.name, "is empty")
+		case len(f.v) > f.max:
+			return bad(f.name, fmt.Sprintf("is %d bytes, longer than %d", len(f.v), f.max))
+		case !utf8.ValidString(f.v):
+			return bad(f.name, "is not valid UTF-8")
+		}
+	}
+	if len(m.Payload) == 0 {
+		return bad("Payload", "is empty (use null or {} for an empty body)")
+	}
+	if maxPayload > 0 && len(m.Payload) > maxPayload {
+		return bad("Payload", fmt.Sprintf("is %d bytes, over the limit of %d", len(m.Payload), maxPayload))
+	}
+	if !json.Valid(m.Payload) {
+		return bad("Payload", "is not valid JSON")
+	}
+	for k, v := range m.Headers {
+		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return bad("Headers", fmt.Sprintf("header %q is empty or not valid UTF-8", k))
+		}
+	}
+	return nil
+}
+
+// NewMessageID returns a new UUIDv7 (RFC 9562) as a 36-character string.
+// IDs made by one process sort in the order they were made. Safe for concurrent use.
+func NewMessageID() string {
+	var u [16]byte
+	ms, seq := uuidClock()
+	binary.BigEndian.PutUint64(u[0:8], ms<<16|uint64(seq&0x0fff))
+	if _, err := rand.Read(u[8:]); err != nil {
+		panic("outbox: crypto/rand failed: " + err.Error()) // never happens on supported platforms
+	}
+	u[6] = 0x70 | (u[6] & 0x0f) // version 7 in the top nibble of rand_a
+	u[8] = 0x80 | (u[8] & 0x3f) // variant 10
+	var out [36]byte
+	hex.Encode(out[0:8], u[0:4])
+	out[8] = '-'
+	hex.Encode(out[9:13], u[4:6])
+	out[13] = '-'
+	hex.Encode(out[14:18], u[6:8])
+	out[18] = '-'
+	hex.Encode(out[19:23], u[8:10])
+	out[23] = '-'
+	hex.Encode(out[24:], u[10:])
+	return string(out[:])
+}
+
+var uuidMu struct {
+	sync.Mutex
+	lastMS uint64
+	seq    uint16
+}
+
+// uuidClock returns the millisecond timestamp and a 12-bit counter that keeps
+// IDs made in the same millisecond in order (RFC 9562, method 1).
+func uuidClock() (uint64, uint16) {
+	uuidMu.Lock()
+	defer uuidMu.Unlock()
+	ms := uint64(time.Now().UnixMilli())
+	if ms <= uuidMu.lastMS {
+		uuidMu.seq++
+		if uuidMu.seq > 0x0fff { // counter overflow: borrow the next millisecond
+			uuidMu.lastMS++
+			uuidMu.seq = 0
+		}
+		ms = uuidMu.lastMS
+	} else {
+		uuidMu.lastMS = ms
+		uuidMu.seq = 0
+	}
+	return ms, uuidMu.seq
+}

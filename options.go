@@ -1,0 +1,169 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults of the relay's options. The daemon, the docs and the tests use these
+// same values.
+const (
+	DefaultBatchSize      = 100
+	DefaultPollInterval   = time.Second
+	DefaultMaxAttempts    = 5
+	DefaultBackoffBase    = time.Second
+	DefaultBackoffCap     = 5 * time.Minute
+	DefaultPublishTimeout = 3 * time.Second
+	// DefaultLease is how long a claim reserves its rows. It must outlast a
+	// publish and the acknowledgement that follows it.
+	DefaultLease = 30 * time.Second
+	// DefaultProbeInterval is how long the relay waits before probing a
+	// destination that was down as a whole.
+	DefaultProbeInterval = 2 * time.Second
+	// DefaultMaxProbeInterval caps the probe interval as a destination stays down.
+	DefaultMaxProbeInterval = 30 * time.Second
+)
+
+// DeadPolicy says what ordered delivery does with an aggregate whose head message went dead.
+type DeadPolicy int
+
+const (
+	// DeadBlocks holds the aggregate's later messages until an operator retries
+	// or discards the dead one. The default: consumers never see a gap.
+	DeadBlocks DeadPolicy = iota
+	// DeadSkips lets the aggregate's later messages flow; consumers see a gap.
+	DeadSkips
+)
+
+type relayConfig struct {
+	batchSize        int
+	pollInterval     time.Duration
+	maxAttempts      int
+	backoffBase      time.Duration
+	backoffCap       time.Duration
+	publishTimeout   time.Duration
+	lease            time.Duration
+	probeInterval    time.Duration
+	maxProbeInterval time.Duration
+	deleteSent       bool
+	ordered          bool
+	deadPolicy       DeadPolicy
+	maxPayload       int
+	logger           *slog.Logger
+	hooks            []any
+	name             string
+}
+
+func defaultRelayConfig() relayConfig {
+	return relayConfig{
+		batchSize:        DefaultBatchSize,
+		pollInterval:     DefaultPollInterval,
+		maxAttempts:      DefaultMaxAttempts,
+		backoffBase:      DefaultBackoffBase,
+		backoffCap:       DefaultBackoffCap,
+		publishTimeout:   DefaultPublishTimeout,
+		lease:            DefaultLease,
+		probeInterval:    DefaultProbeInterval,
+		maxProbeInterval: DefaultMaxProbeInterval,
+		maxPayload:       DefaultMaxPayloadSize,
+		logger:           slog.New(slog.DiscardHandler),
+	}
+}
+
+func (c *relayConfig) validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.batchSize >= 1 && c.batchSize <= 100_000, "WithBatchSize: %d is not between 1 and 100000", c.batchSize)
+	check(c.pollInterval > 0, "WithPollInterval: %v is not positive", c.pollInterval)
+	check(c.maxAttempts >= 1, "WithMaxAttempts: %d is less than 1", c.maxAttempts)
+	check(c.backoffBase > 0, "WithBackoff: base %v is not positive", c.backoffBase)
+	check(c.backoffCap >= c.backoffBase, "WithBackoff: cap %v is below base %v", c.backoffCap, c.backoffBase)
+	check(c.publishTimeout > 0, "WithPublishTimeout: %v is not positive", c.publishTimeout)
+	check(c.lease >= 2*c.publishTimeout, "WithLease: %v is shorter than twice the publish timeout (%v)", c.lease, c.publishTimeout)
+	check(c.probeInterval > 0 && c.maxProbeInterval >= c.probeInterval,
+		"WithProbeInterval: %v..%v is not a positive range", c.probeInterval, c.maxProbeInterval)
+	check(c.logger != nil, "WithLogger: logger is nil")
+	check(c.deadPolicy == DeadBlocks || c.deadPolicy == DeadSkips, "WithOrdering: unknown dead policy %d", c.deadPolicy)
+	return errors.Join(errs...)
+}
+
+// RelayOption configures a [Relay].
+type RelayOption func(*relayConfig)
+
+// WithBatchSize sets how many rows one claim takes. Default: DefaultBatchSize (100).
+func WithBatchSize(n int) RelayOption { return func(c *relayConfig) { c.batchSize = n } }
+
+// WithPollInterval sets how long an idle relay waits before it looks for new
+// rows again. A relay whose last claim came back full looks again at once.
+// Default: DefaultPollInterval (1 s).
+func WithPollInterval(d time.Duration) RelayOption {
+	return func(c *relayConfig) { c.pollInterval = d }
+}
+
+// WithMaxAttempts sets how many delivery attempts a message gets before it is
+// marked dead. Attempts are counted when a row is claimed, so an attempt that
+// crashed the relay counts too. Default: DefaultMaxAttempts (5).
+func WithMaxAttempts(n int) RelayOption { return func(c *relayConfig) { c.maxAttempts = n } }
+
+// WithBackoff sets the retry delay after failed attempt k to
+// min(base × 2^(k-1), cap), with ±20% jitter. Default: DefaultBackoffBase (1 s)
+// and DefaultBackoffCap (5 min).
+func WithBackoff(base, cap time.Duration) RelayOption {
+	return func(c *relayConfig) { c.backoffBase, c.backoffCap = base, cap }
+}
+
+// WithPublishTimeout bounds one Publish call, and so how long a graceful stop
+// waits for the batch in flight. Default: DefaultPublishTimeout (3 s).
+func WithPublishTimeout(d time.Duration) RelayOption {
+	return func(c *relayConfig) { c.publishTimeout = d }
+}
+
+// WithLease sets how long a claim reserves its rows; a relay that dies holding
+// them frees them after this long. It must be at least twice the publish
+// timeout. Default: DefaultLease (30 s).
+func WithLease(d time.Duration) RelayOption { return func(c *relayConfig) { c.lease = d } }
+
+// WithProbeInterval sets how long the relay pauses when a destination is down
+// as a whole before it tries again, doubling up to max while it stays down.
+// Default: DefaultProbeInterval (2 s) up to DefaultMaxProbeInterval (30 s).
+func WithProbeInterval(first, max time.Duration) RelayOption {
+	return func(c *relayConfig) { c.probeInterval, c.maxProbeInterval = first, max }
+}
+
+// WithDeleteSent makes the relay delete rows once published instead of marking
+// them sent (status 1). Deleting is cheaper for the database and keeps the
+// table small; keeping lets `outbox status` count recent sends and leaves an
+// audit trail for `outbox archive`. Default: false (keep).
+func WithDeleteSent(del bool) RelayOption { return func(c *relayConfig) { c.deleteSent = del } }
+
+// WithOrdering turns on per-aggregate ordering: for each partition key, message
+// k+1 is never published before message k was confirmed, with any number of
+// relays and across retries; policy says what a dead message does to its
+// aggregate's later messages. Default: off (see docs/ordering.md for why).
+func WithOrdering(on bool, policy DeadPolicy) RelayOption {
+	return func(c *relayConfig) { c.ordered, c.deadPolicy = on, policy }
+}
+
+// WithRelayMaxPayloadSize sets the largest payload the relay sends; a larger
+// row (written by another program) is marked dead at once. 0 or less means no
+// limit. Default: DefaultMaxPayloadSize (1 MiB).
+func WithRelayMaxPayloadSize(n int) RelayOption { return func(c *relayConfig) { c.maxPayload = n } }
+
+// WithLogger sets the logger. Default: discard.
+func WithLogger(l *slog.Logger) RelayOption { return func(c *relayConfig) { c.logger = l } }
+
+// WithName names the relay in logs and metrics. Default: empty.
+func WithName(name string) RelayOption { return func(c *relayConfig) { c.name = name } }
+
+// WithHooks adds observers of the relay. Each hook may implement any of the
+// Hook* interfaces ([HookBatch], [HookMessage]); the relay calls them
+// synchronously, so they must be fast. Default: none.
+func WithHooks(hooks ...any) RelayOption {
+	return func(c *relayConfig) { c.hooks = append(c.hooks, hooks...) }
+}

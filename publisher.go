@@ -1,0 +1,83 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Publisher sends a batch of messages to a broker. Publish returns exactly
+// len(msgs) errors in the same order; nil means the broker confirmed that
+// message (it is durable there). Publishers never retry on their own: the
+// relay owns backoff. A publisher marks what retrying cannot fix with
+// [Permanent] and a destination that is unreachable as a whole with
+// [Unavailable]. Implementations are safe for concurrent use.
+type Publisher interface {
+	Publish(ctx context.Context, msgs []*Message) []error
+}
+
+// ErrPermanent is matched (errors.Is) by every error wrapped with [Permanent].
+var ErrPermanent = errors.New("outbox: permanent failure")
+
+// ErrUnavailable is matched (errors.Is) by every error wrapped with [Unavailable].
+var ErrUnavailable = errors.New("outbox: destination unavailable")
+
+type classified struct {
+	err   error
+	class error
+}
+
+func (e *classified) Error() string        { return e.err.Error() }
+func (e *classified) Unwrap() []error      { return []error{e.err, e.class} }
+func (e *classified) Is(target error) bool { return target == e.class }
+
+// Permanent marks err as a failure that retrying cannot fix (the broker refused
+// the message as such: too large, unroutable, rejected). The relay marks such
+// a message dead at once. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classified{err: err, class: ErrPermanent}
+}
+
+// Unavailable marks err as the destination being unreachable as a whole (no
+// connection, broker down). When every message of a batch fails this way the
+// relay pauses and probes instead of spending the messages' attempts.
+// Unavailable(nil) is nil.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classified{err: err, class: ErrUnavailable}
+}
+
+// IsPermanent reports whether err was marked with [Permanent].
+func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
+
+// IsUnavailable reports whether err was marked with [Unavailable].
+func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
+
+// PublishError is the error a relay records for a message that failed.
+type PublishError struct {
+	MessageID string
+	Attempt   int
+	Err       error
+}
+
+func (e *PublishError) Error() string {
+	return fmt.Sprintf("outbox: publish %s (attempt %d): %v", e.MessageID, e.Attempt, e.Err)
+}
+
+// Unwrap returns the publisher's error.
+func (e *PublishError) Unwrap() error { return e.Err }
+
+// ErrorsFor returns a slice of n copies of err, for a publisher whose whole
+// batch failed the same way.
+func ErrorsFor(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}

@@ -1,0 +1,423 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrRunning is returned by [Relay.Run] when the relay is already running.
+var ErrRunning = errors.New("outbox: relay already running")
+
+// storeTimeout bounds the store calls that follow a publish (ack, reschedule,
+// kill). They run even after shutdown began, so that a stop does not turn the
+// batch in flight into duplicates.
+const storeTimeout = 5 * time.Second
+
+// Relay moves committed messages from a [Store] to a [Publisher]: it claims a
+// batch, publishes it, acknowledges what the broker confirmed, reschedules
+// failures with exponential backoff and jitter, and marks dead what has used
+// its attempts or was refused for good. When every message of a batch fails
+// because the destination is unavailable, the relay refunds the attempts and
+// pauses, probing with growing intervals, instead of burning every message's
+// attempts on one outage.
+//
+// Any number of relays, in one process or many, may share a table. A Relay is
+// safe for concurrent use; Run may be called once at a time.
+type Relay struct {
+	cfg     relayConfig
+	store   Store
+	pub     Publisher
+	log     *slog.Logger
+	wake    chan struct{}
+	running atomic.Bool
+
+	hBatch []HookBatch
+	hMsg   []HookMessage
+	hDest  []HookDestination
+}
+
+// NewRelay returns a relay from store to pub. It returns an error naming every
+// invalid option. It panics if store or pub is nil, a programmer error.
+func NewRelay(store Store, pub Publisher, opts ...RelayOption) (*Relay, error) {
+	if store == nil || pub == nil {
+		panic("outbox: NewRelay with a nil Store or Publisher")
+	}
+	cfg := defaultRelayConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("outbox: new relay: %w", err)
+	}
+	r := &Relay{cfg: cfg, store: store, pub: pub, wake: make(chan struct{}, 1)}
+	r.log = cfg.logger.With("component", "relay")
+	if cfg.name != "" {
+		r.log = r.log.With(attrRelay, cfg.name)
+	}
+	for _, h := range cfg.hooks {
+		if h, ok := h.(HookBatch); ok {
+			r.hBatch = append(r.hBatch, h)
+		}
+		if h, ok := h.(HookMessage); ok {
+			r.hMsg = append(r.hMsg, h)
+		}
+		if h, ok := h.(HookDestination); ok {
+			r.hDest = append(r.hDest, h)
+		}
+	}
+	return r, nil
+}
+
+// Notify tells the relay that new rows may be due, so an idle relay looks at
+// once instead of waiting for its poll interval. It never blocks; calls made
+// while the relay is busy coalesce into one wake-up.
+func (r *Relay) Notify() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run relays messages until ctx is cancelled, then finishes the batch in
+// flight (publishing it within the publish timeout and acknowledging it),
+// claims nothing new, and returns nil. Store errors are logged and retried;
+// Run does not return because of them. If the store implements [Notifier],
+// Run listens for wake-ups and falls back to polling while the listener is down.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer r.running.Store(false)
+
+	var wg sync.WaitGroup
+	lctx, stopListen := context.WithCancel(ctx)
+	defer func() { stopListen(); wg.Wait() }()
+	if n, ok := r.store.(Notifier); ok {
+		wg.Go(func() { r.listen(lctx, n) })
+	}
+
+	r.log.LogAttrs(ctx, slog.LevelInfo, "relay started",
+		slog.Int(attrBatchSize, r.cfg.batchSize), slog.Duration("poll_interval", r.cfg.pollInterval))
+	defer r.log.Info("relay stopped")
+
+	var (
+		down      bool
+		probe     = r.cfg.probeInterval
+		storeWait = r.cfg.pollInterval
+	)
+	for ctx.Err() == nil {
+		limit := r.cfg.batchSize
+		if down {
+			// Half-open: ask the broker first where it can answer, then try one message.
+			if p, ok := r.pub.(Pinger); ok {
+				if err := p.Ping(ctx); err != nil {
+					r.pause(ctx, jitter(probe))
+					probe = min(2*probe, r.cfg.maxProbeInterval)
+					continue
+				}
+			}
+			limit = 1
+		}
+		ev, unavailable, err := r.step(ctx, limit)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil
+			}
+			r.log.LogAttrs(ctx, slog.LevelError, "relay cycle failed", slog.String(attrError, err.Error()),
+				slog.Duration(attrDelay, storeWait))
+			r.sleep(ctx, jitter(storeWait))
+			storeWait = min(2*storeWait, max(r.cfg.pollInterval, 30*time.Second))
+			continue
+		case unavailable != nil:
+			if !down {
+				down = true
+				r.log.LogAttrs(ctx, slog.LevelWarn, "destination unavailable, pausing",
+					slog.String(attrError, unavailable.Error()), slog.Duration(attrDelay, probe))
+				for _, h := range r.hDest {
+					h.OnDestination(false, unavailable)
+				}
+			}
+			r.pause(ctx, jitter(probe))
+			probe = min(2*probe, r.cfg.maxProbeInterval)
+			continue
+		}
+		storeWait = r.cfg.pollInterval
+		if down && ev.Claimed > 0 {
+			down, probe = false, r.cfg.probeInterval
+			r.log.Info("destination available again")
+			for _, h := range r.hDest {
+				h.OnDestination(true, nil)
+			}
+			continue
+		}
+		if ev.Claimed < limit {
+			r.sleep(ctx, r.cfg.pollInterval)
+		}
+	}
+	return nil
+}
+
+// Step runs one claim-publish-acknowledge cycle of up to the batch size and
+// reports what it did. It is what Run repeats; tests and tools use it to
+// drive a relay by hand. A cancelled ctx stops the claim but not the
+// publishing and acknowledging of rows already claimed.
+func (r *Relay) Step(ctx context.Context) (BatchEvent, error) {
+	ev, unavailable, err := r.step(ctx, r.cfg.batchSize)
+	if err == nil && unavailable != nil {
+		err = unavailable
+	}
+	return ev, err
+}
+
+// step claims up to limit rows and sees them through. It returns the batch's
+// event, the destination error when the whole batch found the destination
+// unavailable, and a store error that cut the cycle short.
+func (r *Relay) step(ctx context.Context, limit int) (ev BatchEvent, unavailable error, err error) {
+	start := time.Now()
+	claim, err := r.store.Claim(ctx, ClaimParams{
+		Limit:       limit,
+		Lease:       r.cfg.lease,
+		Ordered:     r.cfg.ordered,
+		BlockOnDead: r.cfg.ordered && r.cfg.deadPolicy == DeadBlocks,
+	})
+	if err != nil {
+		err = fmt.Errorf("claim batch: %w", err)
+		ev.Err = err
+		r.batchDone(ev, start)
+		return ev, nil, err
+	}
+	ev.Claimed = len(claim.Messages) + len(claim.Malformed)
+	if ev.Claimed == 0 {
+		return ev, nil, nil
+	}
+	// The rows are ours now: see them through even if shutdown begins.
+	bctx := context.WithoutCancel(ctx)
+
+	var dead []Dead
+	var deadErrs []error
+	kill := func(m *Message, reason error) {
+		dead = append(dead, Dead{Message: m, Reason: reason.Error()})
+		deadErrs = append(deadErrs, reason)
+	}
+	for _, bad := range claim.Malformed {
+		kill(bad.Message, fmt.Errorf("malformed row: %w", bad.Err))
+	}
+	send := make([]*Message, 0, len(claim.Messages))
+	for _, m := range claim.Messages {
+		switch {
+		case m.Attempt > r.cfg.maxAttempts:
+			kill(m, fmt.Errorf("attempts exhausted: attempt %d of %d was claimed, the earlier ones never finished (relay stopped or lease expired mid-publish)",
+				m.Attempt, r.cfg.maxAttempts))
+		case r.cfg.maxPayload > 0 && len(m.Payload) > r.cfg.maxPayload:
+			kill(m, Permanent(fmt.Errorf("payload is %d bytes, over the relay's limit of %d", len(m.Payload), r.cfg.maxPayload)))
+		case !json.Valid(m.Payload):
+			kill(m, Permanent(errors.New("payload is not valid JSON")))
+		default:
+			send = append(send, m)
+		}
+	}
+
+	var errs []error
+	if len(send) > 0 {
+		pctx, cancel := context.WithTimeout(bctx, r.cfg.publishTimeout)
+		errs = r.pub.Publish(pctx, send)
+		cancel()
+		if len(errs) != len(send) {
+			errs = ErrorsFor(len(send), fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(send)))
+		}
+	}
+	unavailable = wholeBatchUnavailable(errs)
+
+	now := time.Now()
+	var sent []*Message
+	var retries, refunds []Retry
+	var retryErrs []error
+	for i, m := range send {
+		switch err := errs[i]; {
+		case err == nil:
+			sent = append(sent, m)
+		case unavailable != nil:
+			refunds = append(refunds, Retry{Message: m, At: now.Add(jitter(r.cfg.probeInterval)), Err: err.Error()})
+		case IsPermanent(err):
+			kill(m, err)
+		case m.Attempt >= r.cfg.maxAttempts:
+			kill(m, fmt.Errorf("gave up after %d attempts: %w", m.Attempt, err))
+		default:
+			retries = append(retries, Retry{Message: m, At: now.Add(r.backoff(m.Attempt)), Err: err.Error()})
+			retryErrs = append(retryErrs, err)
+		}
+	}
+
+	sctx, cancel := context.WithTimeout(bctx, storeTimeout)
+	defer cancel()
+	var storeErrs []error
+	if len(sent) > 0 {
+		n, err := r.store.Ack(sctx, AckParams{Messages: sent, Delete: r.cfg.deleteSent})
+		if err != nil {
+			storeErrs = append(storeErrs, fmt.Errorf("ack %d messages: %w", len(sent), err))
+		} else {
+			ev.Sent, ev.Fenced = n, len(sent)-n
+		}
+	}
+	if len(retries) > 0 {
+		if err := r.store.Reschedule(sctx, RescheduleParams{Retries: retries}); err != nil {
+			storeErrs = append(storeErrs, fmt.Errorf("reschedule %d messages: %w", len(retries), err))
+		} else {
+			ev.Retried = len(retries)
+		}
+	}
+	if len(refunds) > 0 {
+		if err := r.store.Reschedule(sctx, RescheduleParams{Retries: refunds, Refund: true}); err != nil {
+			storeErrs = append(storeErrs, fmt.Errorf("release %d messages: %w", len(refunds), err))
+		}
+	}
+	if len(dead) > 0 {
+		if err := r.store.Kill(sctx, KillParams{Dead: dead}); err != nil {
+			storeErrs = append(storeErrs, fmt.Errorf("mark %d messages dead: %w", len(dead), err))
+		} else {
+			ev.Dead = len(dead)
+		}
+	}
+	err = errors.Join(storeErrs...)
+	ev.Err = err
+
+	r.report(ctx, sent, retries, retryErrs, refunds, dead, deadErrs, unavailable)
+	r.batchDone(ev, start)
+	return ev, unavailable, err
+}
+
+// wholeBatchUnavailable returns a representative error when every message of
+// the batch failed because the destination could not be reached (marked
+// Unavailable, or timed out with nothing confirmed), and nil otherwise.
+func wholeBatchUnavailable(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	for _, err := range errs {
+		if err == nil || !(IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded)) || IsPermanent(err) {
+			return nil
+		}
+	}
+	return errs[0]
+}
+
+// report logs and hooks the fate of every message of a batch.
+func (r *Relay) report(ctx context.Context, sent []*Message, retries []Retry, retryErrs []error,
+	refunds []Retry, dead []Dead, deadErrs []error, unavailable error) {
+	now := time.Now()
+	for _, m := range sent {
+		// Ack reports a count only, so a fenced row (BatchEvent.Fenced) is reported sent too:
+		// the broker did confirm it.
+		r.message(MessageEvent{Message: m, Result: ResultSent, Latency: now.Sub(m.CreatedAt)})
+	}
+	for i, rt := range retries {
+		m := rt.Message
+		r.log.LogAttrs(ctx, slog.LevelWarn, "publish failed, will retry",
+			slog.String(attrMessageID, m.MessageID), slog.String(attrEventType, m.EventType),
+			slog.Int(attrAttempt, m.Attempt), slog.Duration(attrDelay, rt.At.Sub(now)),
+			slog.String(attrError, rt.Err))
+		r.message(MessageEvent{Message: m, Result: ResultRetry, Err: retryErrs[i]})
+	}
+	for _, rt := range refunds {
+		r.message(MessageEvent{Message: rt.Message, Result: ResultUnavailable, Err: unavailable})
+	}
+	for i, d := range dead {
+		m := d.Message
+		r.log.LogAttrs(ctx, slog.LevelError, "message dead",
+			slog.String(attrMessageID, m.MessageID), slog.String(attrAggregateID, m.AggregateID),
+			slog.String(attrEventType, m.EventType), slog.Int(attrAttempt, m.Attempt),
+			slog.String(attrError, d.Reason))
+		r.message(MessageEvent{Message: m, Result: ResultDead, Err: deadErrs[i]})
+	}
+}
+
+func (r *Relay) message(ev MessageEvent) {
+	for _, h := range r.hMsg {
+		h.OnMessage(ev)
+	}
+}
+
+func (r *Relay) batchDone(ev BatchEvent, start time.Time) {
+	ev.Duration = time.Since(start)
+	if ev.Claimed > 0 {
+		r.log.LogAttrs(context.Background(), slog.LevelDebug, "batch done", slog.Int(attrBatchSize, ev.Claimed),
+			slog.Int("sent", ev.Sent), slog.Int("retried", ev.Retried), slog.Int("dead", ev.Dead),
+			slog.Int("fenced", ev.Fenced), slog.Duration("duration", ev.Duration))
+	}
+	if ev.Fenced > 0 {
+		r.log.LogAttrs(context.Background(), slog.LevelWarn, "lease lost before ack, another relay owns the rows",
+			slog.Int(attrCount, ev.Fenced))
+	}
+	for _, h := range r.hBatch {
+		h.OnBatch(ev)
+	}
+}
+
+// backoff is the delay after failed attempt k: min(base × 2^(k-1), cap) with ±20% jitter.
+func (r *Relay) backoff(attempt int) time.Duration {
+	d := r.cfg.backoffBase
+	for i := 1; i < attempt && d < r.cfg.backoffCap; i++ {
+		d *= 2
+	}
+	return jitter(min(d, r.cfg.backoffCap))
+}
+
+// jitter spreads d by ±20% so that relays and messages do not retry in lockstep.
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return d
+	}
+	return d + time.Duration((rand.Float64()*0.4-0.2)*float64(d))
+}
+
+// sleep waits for d, a Notify, or ctx, whichever comes first.
+func (r *Relay) sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-r.wake:
+	}
+}
+
+// pause waits for d or ctx; unlike sleep, new rows do not cut it short, so a
+// relay whose destination is down does not probe on every write.
+func (r *Relay) pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// listen keeps the store's notification listener running, restarting it after
+// a failure; while it is down the relay polls.
+func (r *Relay) listen(ctx context.Context, n Notifier) {
+	wait := time.Second
+	for ctx.Err() == nil {
+		err := n.Listen(ctx, r.Notify)
+		if ctx.Err() != nil {
+			return
+		}
+		r.log.LogAttrs(ctx, slog.LevelWarn, "notification listener stopped, polling until it is back",
+			slog.Any(attrError, err), slog.Duration(attrDelay, wait))
+		t := time.NewTimer(jitter(wait))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}

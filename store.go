@@ -1,0 +1,128 @@
+package outbox
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the relay's view of the database. It never knows which broker is
+// behind the relay. Implementations are safe for concurrent use, and several
+// relays (in one process or many) may share one table.
+type Store interface {
+	// Claim takes up to p.Limit due pending rows that no other relay holds,
+	// and in the same short transaction counts the attempt (retry_count + 1,
+	// returned as Message.Attempt) and leases the rows until now + p.Lease by
+	// pushing next_retry_at forward. Rows that cannot be decoded come back in
+	// Claim.Malformed, claimed like the others, so the relay can kill them.
+	Claim(ctx context.Context, p ClaimParams) (*Claim, error)
+	// Ack marks the messages sent (or deletes them when p.Delete), in one
+	// statement, fenced by each message's Attempt: a row whose retry_count
+	// moved on (another relay claimed it after this lease expired) or that is
+	// no longer pending is left alone. It returns how many rows it changed.
+	Ack(ctx context.Context, p AckParams) (int, error)
+	// Reschedule makes the messages due again at their given times and records
+	// the last error, fenced like Ack. With Refund the claim's attempt is not
+	// counted (retry_count - 1): used when the destination was down as a whole
+	// or the relay is shutting down before publishing.
+	Reschedule(ctx context.Context, p RescheduleParams) error
+	// Kill marks the messages dead (status 2) with their reasons, fenced like Ack.
+	Kill(ctx context.Context, p KillParams) error
+	// Stats reports the table's backlog. It is read-only and may be slow on a
+	// large table; call it at most every few seconds.
+	Stats(ctx context.Context) (*Stats, error)
+}
+
+// ClaimParams are the inputs of [Store.Claim].
+type ClaimParams struct {
+	// Limit is the most rows to claim; at least 1.
+	Limit int
+	// Lease is how long the claimed rows stay reserved for this relay.
+	Lease time.Duration
+	// Ordered claims only rows that are the oldest pending (or dead, when
+	// BlockOnDead) row of their aggregate, so that message k+1 of an aggregate
+	// is never handed out while message k is unacknowledged.
+	Ordered bool
+	// BlockOnDead, with Ordered, makes a dead row block its aggregate's later
+	// rows until an operator retries or discards it.
+	BlockOnDead bool
+}
+
+// Claim is the result of [Store.Claim].
+type Claim struct {
+	// Messages are the decoded rows, in id order, each with Attempt set.
+	Messages []*Message
+	// Malformed are rows that were claimed but could not be decoded (a NULL in
+	// a required column, a payload that is not JSON, ...). Each carries at
+	// least RowID and Attempt so that it can be killed.
+	Malformed []MalformedRow
+}
+
+// MalformedRow is a claimed row that could not be turned into a Message.
+type MalformedRow struct {
+	Message *Message // RowID, Attempt and whatever else could be read
+	Err     error    // why it could not be decoded
+}
+
+// AckParams are the inputs of [Store.Ack].
+type AckParams struct {
+	Messages []*Message // RowID and Attempt are used
+	// Delete removes the rows instead of setting status = 1.
+	Delete bool
+}
+
+// RescheduleParams are the inputs of [Store.Reschedule].
+type RescheduleParams struct {
+	Retries []Retry
+	// Refund uncounts the claim's attempt (retry_count - 1).
+	Refund bool
+}
+
+// Retry is one message to make due again.
+type Retry struct {
+	Message *Message // RowID and Attempt are used
+	At      time.Time
+	Err     string // last error, stored where the table has a last_error column
+}
+
+// KillParams are the inputs of [Store.Kill].
+type KillParams struct {
+	Dead []Dead
+}
+
+// Dead is one message to mark dead.
+type Dead struct {
+	Message *Message // RowID and Attempt are used
+	Reason  string
+}
+
+// Stats describes the outbox table's backlog.
+type Stats struct {
+	Pending        int64         // status 0, including leased rows
+	OldestPending  time.Duration // age of the oldest pending row; 0 when none
+	Dead           int64         // status 2
+	SentLastMinute int64         // rows acked in the last minute (only when sent rows are kept)
+	SentLastHour   int64         // rows acked in the last hour (only when sent rows are kept)
+}
+
+// Migrator is implemented by stores that can create or upgrade their schema.
+type Migrator interface {
+	// Migrate creates the outbox table and its indexes, or adds what an older
+	// version lacks. It is idempotent and safe to run from several processes.
+	Migrate(ctx context.Context) error
+}
+
+// Pinger is implemented by stores and publishers that can check their
+// connection; the daemon's /readyz uses it and the relay probes a destination
+// that was down with it.
+type Pinger interface {
+	// Ping returns nil when the database or broker is reachable.
+	Ping(ctx context.Context) error
+}
+
+// Notifier is implemented by stores that can wake a relay when new rows commit
+// (PostgreSQL LISTEN/NOTIFY). Listen blocks until ctx is done or the
+// listener fails, calling wake (which never blocks) for each notification; the
+// relay falls back to polling while Listen is not running.
+type Notifier interface {
+	Listen(ctx context.Context, wake func()) error
+}

@@ -1,0 +1,99 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// DefaultMaxPayloadSize is the largest payload the Writer accepts by default (1 MiB),
+// the default message limit of NATS and RabbitMQ.
+const DefaultMaxPayloadSize = 1 << 20
+
+// TxInserter adds messages to the caller's open transaction. TTx is the
+// caller's transaction type (pgx.Tx, *sql.Tx). Stores implement it.
+type TxInserter[TTx any] interface {
+	// InsertTx inserts msgs, already validated, in tx. It must not commit or
+	// roll back tx.
+	InsertTx(ctx context.Context, tx TTx, msgs []*Message) error
+}
+
+// Writer writes messages inside the caller's transaction: they become visible
+// to relays when the transaction commits and vanish if it rolls back. A Writer
+// is safe for concurrent use.
+type Writer[TTx any] struct {
+	ins TxInserter[TTx]
+	cfg writerConfig
+}
+
+type writerConfig struct {
+	maxPayload int
+}
+
+// WriterOption configures a [Writer].
+type WriterOption func(*writerConfig)
+
+// WithMaxPayloadSize sets the largest payload, in bytes, that Write accepts;
+// 0 or less means no limit. Default: DefaultMaxPayloadSize (1 MiB).
+func WithMaxPayloadSize(n int) WriterOption { return func(c *writerConfig) { c.maxPayload = n } }
+
+// NewWriter returns a Writer that inserts through ins (a store). It panics if
+// ins is nil, a programmer error.
+func NewWriter[TTx any](ins TxInserter[TTx], opts ...WriterOption) *Writer[TTx] {
+	if ins == nil {
+		panic("outbox: NewWriter with a nil TxInserter")
+	}
+	cfg := writerConfig{maxPayload: DefaultMaxPayloadSize}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return &Writer[TTx]{ins: ins, cfg: cfg}
+}
+
+// Write validates msgs and inserts them in tx. It fills an empty MessageID with
+// a new UUIDv7 and records the W3C trace context (traceparent, tracestate) of
+// ctx in the headers when ctx carries a sampled or unsampled span and the
+// caller did not set one. When any message is invalid, Write returns a
+// *ValidationError (matching ErrInvalidMessage) before touching tx, so the
+// caller's transaction is left as it was.
+func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...*Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	for i, m := range msgs {
+		if err := m.validate(i, w.cfg.maxPayload); err != nil {
+			return err
+		}
+	}
+	sc := trace.SpanContextFromContext(ctx)
+	for _, m := range msgs {
+		if m.MessageID == "" {
+			m.MessageID = NewMessageID()
+		}
+		if sc.IsValid() {
+			recordTraceContext(m, sc)
+		}
+	}
+	if err := w.ins.InsertTx(ctx, tx, msgs); err != nil {
+		return fmt.Errorf("outbox: write %d messages: %w", len(msgs), err)
+	}
+	return nil
+}
+
+// recordTraceContext adds traceparent (and tracestate) for sc unless the
+// caller's headers already hold a traceparent.
+func recordTraceContext(m *Message, sc trace.SpanContext) {
+	if _, ok := m.Headers[HeaderTraceparent]; ok {
+		return
+	}
+	h := make(map[string]string, len(m.Headers)+2)
+	for k, v := range m.Headers {
+		h[k] = v
+	}
+	h[HeaderTraceparent] = fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+	if ts := sc.TraceState().String(); ts != "" {
+		h[HeaderTracestate] = ts
+	}
+	m.Headers = h
+}
