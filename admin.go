@@ -1,0 +1,53 @@
+package outbox
+
+import (
+	"context"
+	"time"
+)
+
+// Admin is implemented by stores that support the operator commands
+// (`outbox dead`, `outbox archive`). Every method works in bounded batches
+// and short transactions, so it is safe to call while relays run.
+type Admin interface {
+	// ListDead returns dead messages matching f, oldest first, at most f.Limit
+	// (a store may cap it).
+	ListDead(ctx context.Context, f DeadFilter) ([]DeadMessage, error)
+	// RetryDead puts the dead messages matching f back to pending with a fresh
+	// attempt count (retry_count = 0, next_retry_at = NULL, last_error kept
+	// until the next attempt) and returns how many it changed.
+	RetryDead(ctx context.Context, f DeadFilter) (int64, error)
+	// DiscardDead deletes the dead messages matching f and returns how many.
+	DiscardDead(ctx context.Context, f DeadFilter) (int64, error)
+	// Archive moves up to p.Batch sent rows whose updated_at is older than
+	// p.OlderThan into the archive table (created on first use), or deletes
+	// them when p.Delete, in one short transaction, and returns how many rows
+	// it moved. Callers loop until it returns 0.
+	Archive(ctx context.Context, p ArchiveParams) (int64, error)
+}
+
+// DeadFilter selects dead messages. Zero fields match everything; set fields
+// are combined with AND.
+type DeadFilter struct {
+	RowIDs        []int64       // exact rows
+	EventType     string        // exact event type
+	AggregateType string        // exact aggregate type
+	AggregateID   string        // exact aggregate id
+	OlderThan     time.Duration // died (updated_at) at least this long ago
+	ErrorContains string        // substring of last_error (where the column exists)
+	Limit         int           // most rows ListDead returns; 0 means a store default (100)
+}
+
+// DeadMessage is a dead row, for [Admin.ListDead].
+type DeadMessage struct {
+	Message  *Message
+	Attempts int       // retry_count
+	Reason   string    // last_error, where the column exists
+	DiedAt   time.Time // updated_at
+}
+
+// ArchiveParams are the inputs of [Admin.Archive].
+type ArchiveParams struct {
+	OlderThan time.Duration // only sent rows last updated at least this long ago
+	Batch     int           // rows per call; at least 1
+	Delete    bool          // delete instead of moving to the archive table
+}
