@@ -51,6 +51,7 @@ const (
 	HeaderAggregateType = "outbox-aggregate-type"
 	HeaderAggregateID   = "outbox-aggregate-id"
 	HeaderEventType     = "outbox-event-type"
+	HeaderPartitionKey  = "outbox-partition-key" // only when Message.PartitionKey is set
 	HeaderTraceparent   = "traceparent"
 	HeaderTracestate    = "tracestate"
 )
@@ -104,7 +105,8 @@ func (m *Message) Destination() string {
 }
 
 // StandardHeaders returns the message's headers plus the standard outbox
-// headers (message id, aggregate type and id, event type). The caller's own
+// headers (message id, aggregate type and id, event type, and the partition
+// key when one is set). The caller's own
 // headers never override the standard ones. The result is a new map.
 func (m *Message) StandardHeaders() map[string]string {
 	h := make(map[string]string, len(m.Headers)+4)
@@ -115,6 +117,9 @@ func (m *Message) StandardHeaders() map[string]string {
 	h[HeaderAggregateType] = m.AggregateType
 	h[HeaderAggregateID] = m.AggregateID
 	h[HeaderEventType] = m.EventType
+	if m.PartitionKey != "" {
+		h[HeaderPartitionKey] = m.PartitionKey
+	}
 	return h
 }
 

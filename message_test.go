@@ -121,7 +121,7 @@ func TestMessageDefaults(t *testing.T) {
 	m.Headers = map[string]string{"x": "y", HeaderMessageID: "spoofed"}
 	h := m.StandardHeaders()
 	require.Equal(t, map[string]string{"x": "y", HeaderMessageID: "id-1", HeaderAggregateType: "order",
-		HeaderAggregateID: "42", HeaderEventType: "ORDER_PAID"}, h)
+		HeaderAggregateID: "42", HeaderEventType: "ORDER_PAID", HeaderPartitionKey: "tenant-1"}, h)
 	require.Equal(t, "spoofed", m.Headers[HeaderMessageID], "StandardHeaders must not modify the message")
 }
 

@@ -23,10 +23,11 @@ const storeTimeout = 5 * time.Second
 // Relay moves committed messages from a [Store] to a [Publisher]: it claims a
 // batch, publishes it, acknowledges what the broker confirmed, reschedules
 // failures with exponential backoff and jitter, and marks dead what has used
-// its attempts or was refused for good. When every message of a batch fails
-// because the destination is unavailable, the relay refunds the attempts and
-// pauses, probing with growing intervals, instead of burning every message's
-// attempts on one outage.
+// its attempts or was refused for good. When messages fail because their
+// destination is unreachable and the publisher confirms it is down (its Ping
+// fails, or, without a Ping, the whole batch failed that way), the relay gives
+// those attempts back; when nothing got through it also pauses, probing with
+// growing intervals, so that an outage never spends messages' attempts.
 //
 // Any number of relays, in one process or many, may share a table. A Relay is
 // safe for concurrent use; Run may be called once at a time.
@@ -234,7 +235,10 @@ func (r *Relay) step(ctx context.Context, limit int) (ev BatchEvent, unavailable
 			errs = ErrorsFor(len(send), fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(send)))
 		}
 	}
-	unavailable = wholeBatchUnavailable(errs)
+	down := r.destinationDown(bctx, errs)
+	if down != nil && wholeBatchUnavailable(errs) != nil {
+		unavailable = down // nothing got through: pause the relay
+	}
 
 	now := time.Now()
 	var sent []*Message
@@ -244,7 +248,7 @@ func (r *Relay) step(ctx context.Context, limit int) (ev BatchEvent, unavailable
 		switch err := errs[i]; {
 		case err == nil:
 			sent = append(sent, m)
-		case unavailable != nil:
+		case down != nil && unreachable(err):
 			refunds = append(refunds, Retry{Message: m, At: now.Add(jitter(r.cfg.probeInterval)), Err: err.Error()})
 		case IsPermanent(err):
 			kill(m, err)
@@ -289,24 +293,57 @@ func (r *Relay) step(ctx context.Context, limit int) (ev BatchEvent, unavailable
 	err = errors.Join(storeErrs...)
 	ev.Err = err
 
-	r.report(ctx, sent, retries, retryErrs, refunds, dead, deadErrs, unavailable)
+	r.report(ctx, sent, retries, retryErrs, refunds, dead, deadErrs, down)
 	r.batchDone(ev, start)
 	return ev, unavailable, err
 }
 
+// unreachable reports whether err says the destination could not be reached
+// (marked Unavailable, or timed out), as opposed to a refusal of the message.
+func unreachable(err error) bool {
+	return err != nil && !IsPermanent(err) && (IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded))
+}
+
 // wholeBatchUnavailable returns a representative error when every message of
-// the batch failed because the destination could not be reached (marked
-// Unavailable, or timed out with nothing confirmed), and nil otherwise.
+// the batch failed as unreachable, and nil otherwise.
 func wholeBatchUnavailable(errs []error) error {
 	if len(errs) == 0 {
 		return nil
 	}
 	for _, err := range errs {
-		if err == nil || !(IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded)) || IsPermanent(err) {
+		if !unreachable(err) {
 			return nil
 		}
 	}
 	return errs[0]
+}
+
+// destinationDown decides whether the messages that failed as unreachable met
+// a destination that is down, in which case their attempts are given back, or
+// a problem of their own (a subject no stream captures), in which case the
+// attempts count. A publisher that implements Pinger is asked; without one,
+// the destination is down only when the whole batch failed as unreachable.
+// It returns the error that shows the destination down, or nil.
+func (r *Relay) destinationDown(ctx context.Context, errs []error) error {
+	var first error
+	for _, err := range errs {
+		if unreachable(err) {
+			first = err
+			break
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	if p, ok := r.pub.(Pinger); ok {
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.publishTimeout)
+		defer cancel()
+		if err := p.Ping(pctx); err != nil {
+			return fmt.Errorf("%w (ping: %v)", first, err)
+		}
+		return nil
+	}
+	return wholeBatchUnavailable(errs)
 }
 
 // report logs and hooks the fate of every message of a batch.

@@ -7,9 +7,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// DefaultMaxPayloadSize is the largest payload the Writer accepts by default (1 MiB),
-// the default message limit of NATS and RabbitMQ.
-const DefaultMaxPayloadSize = 1 << 20
+// DefaultMaxPayloadSize is the largest payload the Writer and the relay accept
+// by default: 1 MiB less 16 KiB, so that a message at the limit still fits
+// NATS's default max_payload of 1 MiB, which counts the headers too. Kafka's
+// default record limit is also about 1 MB; raise it (and the broker's) for
+// larger messages.
+const DefaultMaxPayloadSize = 1<<20 - 16<<10
 
 // TxInserter adds messages to the caller's open transaction. TTx is the
 // caller's transaction type (pgx.Tx, *sql.Tx). Stores implement it.
