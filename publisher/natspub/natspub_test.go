@@ -1,0 +1,311 @@
+package natspub_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/faultproxy"
+	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/publisher/natspub"
+	"github.com/outboxkit/outbox/publisher/publishertest"
+)
+
+// connect opens a connection that comes back quickly after an outage, and
+// closes it when t ends.
+func connect(t *testing.T, rawURL string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	opts = append([]nats.Option{
+		nats.Name(t.Name()),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(50 * time.Millisecond),
+		nats.ReconnectJitter(0, 0),
+		nats.Timeout(2 * time.Second),
+	}, opts...)
+	nc, err := nats.Connect(rawURL, opts...)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
+	require.NoError(t, err)
+	return nc, js
+}
+
+// stream creates a stream of t's own capturing "<name>.>" through EnsureStream
+// and deletes it when t ends. It returns the stream's name, also the subject prefix.
+func stream(t *testing.T, js jetstream.JetStream) string {
+	t.Helper()
+	name := testsvc.Name(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, natspub.EnsureStream(ctx, js, name, []string{name + ".>"}, 0))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = js.DeleteStream(ctx, name)
+	})
+	return name
+}
+
+// receiver reads a stream back through an ordered consumer on its own connection.
+type receiver struct {
+	it     jetstream.MessagesContext
+	prefix string
+}
+
+func newReceiver(t *testing.T, js jetstream.JetStream, name, prefix string) *receiver {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, name, jetstream.OrderedConsumerConfig{})
+	require.NoError(t, err)
+	it, err := cons.Messages()
+	require.NoError(t, err)
+	t.Cleanup(it.Stop)
+	return &receiver{it: it, prefix: prefix}
+}
+
+func (r *receiver) Receive(ctx context.Context, n int) ([]publishertest.Received, error) {
+	var out []publishertest.Received
+	for len(out) < n {
+		m, err := r.it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return out, err
+		}
+		h := make(map[string]string, len(m.Headers()))
+		for k, v := range m.Headers() {
+			h[k] = v[0]
+		}
+		out = append(out, publishertest.Received{
+			MessageID: m.Headers().Get(jetstream.MsgIDHeader),
+			Key:       h[outbox.HeaderAggregateID],
+			Topic:     strings.TrimPrefix(m.Subject(), r.prefix),
+			Headers:   h,
+			Payload:   m.Data(),
+		})
+	}
+	return out, nil
+}
+
+// harness runs the suite against the NATS server at rawURL: a stream per
+// subtest, the receiver on a direct connection, and the outage publisher
+// behind a faultproxy.
+func harness(rawURL string) publishertest.Harness {
+	newDest := func(t *testing.T, pubURL string) publishertest.Dest {
+		_, js := connect(t, rawURL)
+		name := stream(t, js)
+		_, pjs := connect(t, pubURL)
+		p, err := natspub.New(pjs, natspub.WithSubjectPrefix(name+"."))
+		require.NoError(t, err)
+		return publishertest.Dest{Publisher: p, Receiver: newReceiver(t, js, name, name+"."), Topic: "orders"}
+	}
+	return publishertest.Harness{
+		New: func(t *testing.T) publishertest.Dest { return newDest(t, rawURL) },
+		Outage: func(t *testing.T) publishertest.OutageDest {
+			u, err := url.Parse(rawURL)
+			require.NoError(t, err)
+			proxy := faultproxy.New(t, u.Host)
+			return publishertest.OutageDest{
+				Dest:    newDest(t, "nats://"+proxy.Addr()),
+				Cut:     proxy.Cut,
+				Restore: proxy.Restore,
+				Stall:   proxy.Blackhole,
+			}
+		},
+		Down: func(t *testing.T) outbox.Publisher {
+			_, js := connect(t, "nats://"+closedAddr(t), nats.RetryOnFailedConnect(true))
+			p, err := natspub.New(js)
+			require.NoError(t, err)
+			return p
+		},
+	}
+}
+
+// features reads the server's max payload: the limit covers headers and data,
+// so the largest payload that fits leaves room for the standard headers.
+func features(t *testing.T, rawURL string) publishertest.Features {
+	nc, _ := connect(t, rawURL)
+	limit := int(nc.MaxPayload())
+	return publishertest.Features{
+		OrderedPerKey:   true,
+		Dedup:           true,
+		Headers:         true,
+		MaxPayload:      limit - 2048,
+		TooLargePayload: limit + 1,
+	}
+}
+
+// closedAddr returns a local address nothing listens on.
+func closedAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+func TestSuite(t *testing.T) {
+	t.Parallel()
+	rawURL := testsvc.NATSURL(t)
+	publishertest.Run(t, features(t, rawURL), harness(rawURL))
+}
+
+// TestSuiteEmbedded runs the suite once against an in-process nats-server
+// with JetStream on a temporary directory: the path `outbox demo` takes.
+func TestSuiteEmbedded(t *testing.T) {
+	t.Parallel()
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+	})
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	require.True(t, s.ReadyForConnections(10*time.Second), "embedded nats-server did not start")
+	publishertest.Run(t, features(t, s.ClientURL()), harness(s.ClientURL()))
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+	_, js := connect(t, testsvc.NATSURL(t))
+	for _, tc := range []struct {
+		prefix string
+		ok     bool
+	}{
+		{"", true},
+		{"outbox.", true},
+		{"outbox.orders", true},
+		{"out box.", false},
+		{"outbox..", false},
+		{".outbox", false},
+		{"outbox.*.", false},
+		{">", false},
+	} {
+		p, err := natspub.New(js, natspub.WithSubjectPrefix(tc.prefix))
+		if tc.ok {
+			require.NoError(t, err, "prefix %q", tc.prefix)
+			require.NotNil(t, p)
+			continue
+		}
+		require.ErrorContains(t, err, "WithSubjectPrefix", "prefix %q", tc.prefix)
+	}
+	require.Panics(t, func() { _, _ = natspub.New(nil) })
+}
+
+func TestSubject(t *testing.T) {
+	t.Parallel()
+	_, js := connect(t, testsvc.NATSURL(t))
+	p, err := natspub.New(js, natspub.WithSubjectPrefix("outbox."))
+	require.NoError(t, err)
+	require.Equal(t, "outbox.ORDER_PAID", p.Subject(&outbox.Message{EventType: "ORDER_PAID"}))
+	require.Equal(t, "outbox.orders.eu", p.Subject(&outbox.Message{EventType: "ORDER_PAID", Topic: "orders.eu"}))
+}
+
+// TestRefusedMessagesArePermanent covers what the server or the client refuses
+// for the message itself: each fails alone, permanently, and its batch-mates
+// are stored.
+func TestRefusedMessagesArePermanent(t *testing.T) {
+	t.Parallel()
+	rawURL := testsvc.NATSURL(t)
+	_, js := connect(t, rawURL)
+	name := testsvc.Name(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.MemoryStorage, MaxMsgSize: 1024,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	p, err := natspub.New(js, natspub.WithSubjectPrefix(name+"."))
+	require.NoError(t, err)
+
+	ok := func() *outbox.Message {
+		return &outbox.Message{MessageID: outbox.NewMessageID(), AggregateType: "order", AggregateID: "1",
+			EventType: "ORDER_PAID", Topic: "orders", Payload: []byte(`{}`)}
+	}
+	for _, tc := range []struct {
+		name string
+		bad  func(m *outbox.Message)
+		want string
+	}{
+		{"OverStreamMaxMsgSize", func(m *outbox.Message) { m.Payload = []byte(`"` + strings.Repeat("x", 2048) + `"`) }, "maximum"},
+		{"WildcardSubject", func(m *outbox.Message) { m.Topic = "orders.*" }, "wildcard"},
+		{"EmptyToken", func(m *outbox.Message) { m.Topic = "orders..eu" }, "empty token"},
+		{"WhitespaceSubject", func(m *outbox.Message) { m.Topic = "orders eu" }, "whitespace"},
+		{"BadHeaderName", func(m *outbox.Message) { m.Headers = map[string]string{"a:b": "x"} }, "header name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msgs := []*outbox.Message{ok(), ok(), ok()}
+			tc.bad(msgs[1])
+			errs := p.Publish(ctx, msgs)
+			require.Len(t, errs, 3)
+			require.NoError(t, errs[0])
+			require.NoError(t, errs[2])
+			require.True(t, outbox.IsPermanent(errs[1]), "want permanent, got %v", errs[1])
+			require.ErrorContains(t, errs[1], tc.want)
+		})
+	}
+}
+
+func TestNoStreamIsUnavailable(t *testing.T) {
+	t.Parallel()
+	_, js := connect(t, testsvc.NATSURL(t))
+	p, err := natspub.New(js, natspub.WithSubjectPrefix(testsvc.Name(t)+".nostream."))
+	require.NoError(t, err)
+	msgs := []*outbox.Message{
+		{MessageID: outbox.NewMessageID(), AggregateType: "a", AggregateID: "1", EventType: "E", Payload: []byte(`1`)},
+		{MessageID: outbox.NewMessageID(), AggregateType: "a", AggregateID: "2", EventType: "E", Payload: []byte(`2`)},
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	errs := p.Publish(ctx, msgs)
+	require.Less(t, time.Since(start), 4*time.Second, "no responders should be reported, not waited out")
+	for _, err := range errs {
+		require.True(t, outbox.IsUnavailable(err), "want unavailable, got %v", err)
+		require.True(t, errors.Is(err, jetstream.ErrNoStreamResponse), "got %v", err)
+	}
+}
+
+func TestClosedConnection(t *testing.T) {
+	t.Parallel()
+	nc, js := connect(t, testsvc.NATSURL(t))
+	p, err := natspub.New(js)
+	require.NoError(t, err)
+	require.NoError(t, p.Ping(t.Context()))
+	nc.Close()
+
+	errs := p.Publish(t.Context(), []*outbox.Message{{MessageID: "x", AggregateType: "a", AggregateID: "1",
+		EventType: "E", Payload: []byte(`1`)}})
+	require.Len(t, errs, 1)
+	require.True(t, outbox.IsUnavailable(errs[0]), "got %v", errs[0])
+	err = p.Ping(t.Context())
+	require.True(t, outbox.IsUnavailable(err), "got %v", err)
+}
+
+func TestPingStreams(t *testing.T) {
+	t.Parallel()
+	_, js := connect(t, testsvc.NATSURL(t))
+	name := stream(t, js)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+
+	ok, err := natspub.New(js, natspub.WithPingStreams(name))
+	require.NoError(t, err)
+	require.NoError(t, ok.Ping(ctx))
+
+	missing, err := natspub.New(js, natspub.WithPingStreams(name, name+"_GONE"))
+	require.NoError(t, err)
+	err = missing.Ping(ctx)
+	require.Error(t, err)
+	require.True(t, outbox.IsUnavailable(err), "a missing stream means the destination is down: %v", err)
+	require.Contains(t, err.Error(), name+"_GONE")
+}
