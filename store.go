@@ -2,8 +2,13 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// ErrDuplicate is returned (wrapped) by a store's InsertTx when a message ID
+// is already in the table.
+var ErrDuplicate = errors.New("outbox: duplicate message id")
 
 // Store is the relay's view of the database. It never knows which broker is
 // behind the relay. Implementations are safe for concurrent use, and several

@@ -1,0 +1,236 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox"
+)
+
+var _ outbox.Admin = (*Store)(nil)
+
+const (
+	// defaultDeadLimit is how many rows ListDead returns when the filter says 0.
+	defaultDeadLimit = 100
+	// maxDeadLimit caps ListDead.
+	maxDeadLimit = 10_000
+	// adminBatch is how many rows RetryDead and DiscardDead change per statement.
+	adminBatch = 1000
+)
+
+// deadWhere builds the WHERE clause selecting the dead rows f matches, with
+// its arguments numbered from $1.
+func deadWhere(q *queries, f outbox.DeadFilter) (string, []any, error) {
+	conds := []string{"status = 2"}
+	var args []any
+	add := func(cond string, arg any) {
+		args = append(args, arg)
+		conds = append(conds, strings.ReplaceAll(cond, "$?", "$"+strconv.Itoa(len(args))))
+	}
+	if len(f.RowIDs) > 0 {
+		add("id = ANY($?::bigint[])", f.RowIDs)
+	}
+	if f.EventType != "" {
+		add("event_type = $?", f.EventType)
+	}
+	if f.AggregateType != "" {
+		add("aggregate_type = $?", f.AggregateType)
+	}
+	if f.AggregateID != "" {
+		add("aggregate_id = $?", f.AggregateID)
+	}
+	if f.OlderThan > 0 {
+		add("updated_at <= now() - $?::bigint * interval '1 microsecond'", f.OlderThan.Microseconds())
+	}
+	if f.ErrorContains != "" {
+		if !q.lastError {
+			return "", nil, fmt.Errorf("the table has no last_error column to search")
+		}
+		add("strpos(last_error, $?) > 0", f.ErrorContains)
+	}
+	return strings.Join(conds, " AND "), args, nil
+}
+
+// ListDead returns the dead rows f matches in id order, at most f.Limit
+// (default 100, capped at 10,000). Rows that cannot be decoded are listed with
+// what could be read.
+func (s *Store) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.DeadMessage, error) {
+	q, err := s.queriesFor(ctx, s.poolRow)
+	if err != nil {
+		return nil, err
+	}
+	where, args, err := deadWhere(q, f)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list dead: %w", err)
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = defaultDeadLimit
+	}
+	limit = min(limit, maxDeadLimit)
+	args = append(args, limit)
+	lastErr := "NULL::text"
+	if q.lastError {
+		lastErr = "o.last_error"
+	}
+	sql := fmt.Sprintf(`SELECT %s, %s, o.updated_at::timestamptz FROM %s AS o WHERE %s ORDER BY o.id LIMIT $%d`,
+		q.columnList, lastErr, s.ident, where, len(args))
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list dead: %w", err)
+	}
+	defer rows.Close()
+	var out []outbox.DeadMessage
+	for rows.Next() {
+		var r claimedRow
+		var reason *string
+		var died time.Time
+		if err := rows.Scan(append(r.dest(q), &reason, &died)...); err != nil {
+			return nil, fmt.Errorf("pgstore: list dead: read row: %w", err)
+		}
+		m, _ := r.message() // a dead row may well be malformed; list what there is
+		d := outbox.DeadMessage{Message: m, Attempts: m.Attempt, DiedAt: died}
+		m.Attempt = 0 // not a claim
+		if reason != nil {
+			d.Reason = *reason
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: list dead: %w", err)
+	}
+	return out, nil
+}
+
+// RetryDead makes the dead rows f matches pending again with a fresh attempt
+// count (retry_count 0, next_retry_at NULL; last_error is kept until the next
+// attempt) and returns how many it changed. It works in statements of 1,000
+// rows, each its own transaction; f.Limit does not apply.
+func (s *Store) RetryDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
+	return s.eachDeadBatch(ctx, "retry dead", f,
+		"UPDATE %[1]s SET status = 0, retry_count = 0, next_retry_at = NULL, updated_at = now() WHERE id IN (%[2]s)")
+}
+
+// DiscardDead deletes the dead rows f matches and returns how many. It works
+// in statements of 1,000 rows, each its own transaction; f.Limit does not apply.
+func (s *Store) DiscardDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
+	return s.eachDeadBatch(ctx, "discard dead", f, "DELETE FROM %[1]s WHERE id IN (%[2]s)")
+}
+
+// eachDeadBatch runs stmt (with %[1]s the table and %[2]s a subquery of up to
+// adminBatch matching ids) until it changes fewer rows than a batch.
+func (s *Store) eachDeadBatch(ctx context.Context, what string, f outbox.DeadFilter, stmt string) (int64, error) {
+	q, err := s.queriesFor(ctx, s.poolRow)
+	if err != nil {
+		return 0, err
+	}
+	where, args, err := deadWhere(q, f)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: %s: %w", what, err)
+	}
+	sub := fmt.Sprintf("SELECT id FROM %s WHERE %s LIMIT %d FOR UPDATE SKIP LOCKED", s.ident, where, adminBatch)
+	sql := fmt.Sprintf(stmt, s.ident, sub)
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, sql, args...)
+		if err != nil {
+			return total, fmt.Errorf("pgstore: %s: %w", what, err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < adminBatch {
+			return total, nil
+		}
+	}
+}
+
+// Archive moves up to p.Batch sent rows last updated at least p.OlderThan ago
+// into the archive table (the table's name with "_archive" appended, in the
+// same schema, created on first use with the table's columns), or deletes
+// them when p.Delete, in one statement, and returns how many it moved. Rows
+// are picked in no particular order so that a call never sorts the whole
+// table; callers loop until it returns 0.
+func (s *Store) Archive(ctx context.Context, p outbox.ArchiveParams) (int64, error) {
+	if p.Batch < 1 {
+		return 0, fmt.Errorf("pgstore: archive: batch %d is less than 1", p.Batch)
+	}
+	if _, err := s.queriesFor(ctx, s.poolRow); err != nil {
+		return 0, err
+	}
+	pick := fmt.Sprintf(`SELECT id FROM %s
+	WHERE status = 1 AND updated_at <= now() - $1::bigint * interval '1 microsecond'
+	LIMIT $2 FOR UPDATE SKIP LOCKED`, s.ident)
+	var sql string
+	if p.Delete {
+		sql = fmt.Sprintf("DELETE FROM %s WHERE id IN (%s)", s.ident, pick)
+	} else {
+		archive, cols, err := s.archiveTable(ctx)
+		if err != nil {
+			return 0, err
+		}
+		sql = fmt.Sprintf(`WITH moved AS (DELETE FROM %[1]s WHERE id IN (%[2]s) RETURNING %[3]s)
+INSERT INTO %[4]s (%[3]s) SELECT %[3]s FROM moved`, s.ident, pick, cols, archive)
+	}
+	tag, err := s.pool.Exec(ctx, sql, max(p.OlderThan, 0).Microseconds(), p.Batch)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: archive: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// ArchiveTable returns the name of the table [Store.Archive] moves sent rows
+// into: the table's name with "_archive" appended (shortened with a hash when
+// too long), in the same schema.
+func (s *Store) ArchiveTable() string {
+	parts, _ := splitTable(s.cfg.table) // validated by New
+	parts[len(parts)-1] = shorten(parts[len(parts)-1], "_archive", 63)
+	return strings.Join(parts, ".")
+}
+
+// archiveTable creates the archive table if need be, adds any column the
+// table has and it lacks, and returns its quoted name and the column list
+// both share.
+func (s *Store) archiveTable(ctx context.Context) (string, string, error) {
+	s.mu.Lock()
+	ready := s.archive
+	s.mu.Unlock()
+	if ready != nil {
+		return ready.ident, ready.cols, nil
+	}
+	parts, _ := splitTable(s.ArchiveTable())
+	ident := pgx.Identifier(parts).Sanitize()
+	cols, err := s.columns(ctx, s.poolRow)
+	if err != nil {
+		return "", "", err
+	}
+	names := make([]string, 0, len(cols))
+	var add []string
+	for _, c := range migratedColumns {
+		typ, ok := cols[c]
+		if !ok {
+			continue
+		}
+		names = append(names, c)
+		// typ comes from format_type of the live table, never from a caller.
+		add = append(add, fmt.Sprintf("ADD COLUMN IF NOT EXISTS %s %s", c, typ))
+	}
+	ddl := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (LIKE %s); ALTER TABLE %s %s`,
+		ident, s.ident, ident, strings.Join(add, ", "))
+	if _, err := s.pool.Exec(ctx, ddl); err != nil {
+		return "", "", fmt.Errorf("pgstore: archive: create %s: %w", s.ArchiveTable(), err)
+	}
+	a := &archiveInfo{ident: ident, cols: strings.Join(names, ", ")}
+	s.mu.Lock()
+	s.archive = a
+	s.mu.Unlock()
+	return a.ident, a.cols, nil
+}
+
+type archiveInfo struct {
+	ident string // quoted name
+	cols  string // columns moved, comma-separated
+}

@@ -1,0 +1,82 @@
+// Package pgstore is the PostgreSQL store of the outbox, on pgx v5.
+//
+// A [Store] wraps a *pgxpool.Pool the caller built (and never closes it). It
+// is an [outbox.Store] for relays, an [outbox.TxInserter] for writers on
+// pgx.Tx, and through [Store.SQLTx] one for writers on database/sql
+// transactions of the pgx stdlib driver:
+//
+//	store, err := pgstore.New(pool)           // table outbox_message
+//	err = store.Migrate(ctx)                  // create or upgrade it
+//	w := outbox.NewWriter(store)              // *outbox.Writer[pgx.Tx]
+//	err = w.Write(ctx, tx, &outbox.Message{...})
+//	relay, err := outbox.NewRelay(store, publisher)
+//
+// # The table
+//
+// [Store.Migrate] creates the table of the contract (id bigserial,
+// message_id varchar(64) unique, aggregate_type, aggregate_id and event_type
+// varchar(64), payload jsonb, status smallint, retry_count integer,
+// next_retry_at, created_at and updated_at timestamptz, an index on (status,
+// next_retry_at) and one on (aggregate_type, aggregate_id)) plus columns of
+// its own: headers jsonb (trace context and the caller's headers), topic and
+// partition_key varchar(255), last_error text, and a partial index on the
+// pending rows for the claim path.
+//
+// A Store also works on a table that has only the contract columns, such as
+// one a team already had: it reads the table's columns on first use and
+// leaves out what is missing (headers, topic and partition key are then not
+// stored, and errors not recorded). Such a table may keep its payload in a
+// json or text column and its times in timestamp without time zone (read in
+// the session's time zone); a row whose payload is not JSON, or with a NULL
+// in message_id, aggregate_type, aggregate_id, event_type or payload, comes
+// back in [outbox.Claim] Malformed so the relay can mark it dead.
+//
+// A jsonb payload (the default) is stored parsed: it comes back equal as
+// JSON but not byte for byte (PostgreSQL normalizes spaces and key order and
+// drops duplicate keys). Keep the payload in a json or text column if
+// consumers need the exact bytes, for example to check a signature.
+//
+// # Claiming
+//
+// A claim is one statement: a SELECT ... ORDER BY id LIMIT n FOR UPDATE SKIP
+// LOCKED of due pending rows feeding an UPDATE that adds one to retry_count
+// (the attempt, and the fencing token) and sets next_retry_at to the
+// database's now() plus the lease. The statement commits on its own, so the
+// attempt is counted even if the relay then crashes, and no transaction stays
+// open while the relay publishes. Ack, Reschedule and Kill are one statement
+// each for the whole batch, over unnest() of the rows' ids and attempts, and
+// change a row only while retry_count still equals the attempt and the row is
+// pending: a relay that lost its lease changes nothing.
+//
+// The other sound shape, claiming, publishing and deleting inside one open
+// transaction, does not fit [outbox.Store]: its attempt would roll back with
+// a crash (so a message that kills the relay would loop forever), and an Ack
+// could not report a count that is durable while Reschedule and Kill of the
+// same batch are still to come. BenchmarkClaimAck measures both shapes.
+//
+// Ordered claims (outbox.WithOrdering) hand out a row only when no earlier
+// row of its aggregate (aggregate_type, aggregate_id) is pending, or dead
+// with BlockOnDead. "Earlier" is id order, and ids are assigned when a row
+// is inserted, not when its transaction commits: transactions that write
+// messages for the same aggregate should be serialized, as they usually are
+// by a lock on the aggregate's own row (SELECT ... FOR UPDATE).
+//
+// # Notifications
+//
+// With [WithNotify], writes send a NOTIFY that commits with them and
+// [Store.Listen] wakes the relay, so a message goes out within milliseconds
+// rather than at the next poll.
+//
+// # Operations
+//
+// Store implements [outbox.Admin] for `outbox dead` and `outbox archive`:
+// [Store.ListDead], [Store.RetryDead] and [Store.DiscardDead] work on dead
+// rows in statements of at most 1,000 rows, and [Store.Archive] moves old
+// sent rows into [Store.ArchiveTable] (or deletes them) a batch at a time.
+// [Store.Stats] feeds `outbox status` and the metrics.
+//
+// # Names
+//
+// The table name is checked by [New] against a strict pattern and quoted
+// with pgx.Identifier; values always travel as parameters.
+package pgstore

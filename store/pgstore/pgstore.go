@@ -1,0 +1,209 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox"
+)
+
+// DefaultTable is the table a Store uses unless [WithTable] says otherwise.
+const DefaultTable = "outbox_message"
+
+// ErrDuplicate is matched (errors.Is) by the error InsertTx returns when a
+// message's MessageID is already in the table.
+var ErrDuplicate = outbox.ErrDuplicate
+
+// Compile-time checks of what a Store implements.
+var (
+	_ outbox.Store              = (*Store)(nil)
+	_ outbox.Migrator           = (*Store)(nil)
+	_ outbox.Pinger             = (*Store)(nil)
+	_ outbox.Notifier           = (*Store)(nil)
+	_ outbox.TxInserter[pgx.Tx] = (*Store)(nil)
+)
+
+// Store is an [outbox.Store] on a PostgreSQL table, through a pgx v5 pool.
+//
+// It claims with one statement (SELECT ... FOR UPDATE SKIP LOCKED feeding an
+// UPDATE that counts the attempt and sets the lease) and acknowledges,
+// reschedules and kills a whole batch with one statement each, fenced by the
+// attempt. It works on a table created by [Store.Migrate] and on a table that
+// has only the contract columns (see the package documentation); it finds out
+// which columns the table has on first use and remembers it.
+//
+// A Store is safe for concurrent use. It never closes the pool.
+type Store struct {
+	pool    *pgxpool.Pool
+	cfg     config
+	ident   string // the table, quoted for SQL
+	channel string // NOTIFY channel, "" when notifications are off
+
+	mu      sync.Mutex
+	q       *queries     // built from the table's columns on first use
+	archive *archiveInfo // set once Archive has made sure of its table
+}
+
+type config struct {
+	table  string // as given, validated
+	notify bool
+}
+
+// Option configures a [Store].
+type Option func(*config)
+
+// WithTable sets the table: a name, or schema.name. Each part must be a
+// lower-case SQL identifier (letters a-z, digits and underscores, not starting
+// with a digit, at most 63 bytes); anything else is refused by [New], so no
+// SQL can be smuggled in through the name. An unqualified name is looked up
+// through the connection's search_path, as PostgreSQL does. The schema must
+// exist. Default: DefaultTable ("outbox_message").
+func WithTable(name string) Option { return func(c *config) { c.table = name } }
+
+// WithNotify turns on LISTEN/NOTIFY: every write also sends a NOTIFY (delivered
+// when the transaction commits) on a channel named after the table, and
+// [Store.Listen] wakes the relay when one arrives, so messages go out within
+// milliseconds instead of at the next poll. Writers and relays must both turn
+// it on. NOTIFY serializes the commits of the transactions that send it
+// (PostgreSQL takes a global lock at commit), which limits write throughput
+// under heavy concurrency; measure before enabling it on a hot table.
+// Default: off.
+func WithNotify(on bool) Option { return func(c *config) { c.notify = on } }
+
+// identPart is one part of a table name.
+var identPart = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// New returns a Store on pool. It checks the options but does not touch the
+// database: call [Store.Migrate] to create the table. It panics if pool is
+// nil, a programmer error.
+func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	if pool == nil {
+		panic("pgstore: New with a nil pool")
+	}
+	cfg := config{table: DefaultTable}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	parts, err := splitTable(cfg.table)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: new store: %w", err)
+	}
+	s := &Store{pool: pool, cfg: cfg, ident: pgx.Identifier(parts).Sanitize()}
+	if cfg.notify {
+		s.channel = channelName(cfg.table)
+	}
+	return s, nil
+}
+
+// splitTable validates a table name and returns its parts.
+func splitTable(name string) ([]string, error) {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("WithTable: %q has more than two parts (use table or schema.table)", name)
+	}
+	for _, p := range parts {
+		if !identPart.MatchString(p) {
+			return nil, fmt.Errorf("WithTable: %q is not a valid name: each part must match %s", name, identPart)
+		}
+	}
+	return parts, nil
+}
+
+// channelName is the NOTIFY channel of a table: its name, shortened with a
+// hash when it is too long for a channel.
+func channelName(table string) string {
+	return shorten(table, "", 63)
+}
+
+// shorten returns base+suffix, or when that is longer than max, a prefix of
+// base, a hash of base and suffix, so that distinct bases keep distinct names.
+func shorten(base, suffix string, max int) string {
+	if len(base)+len(suffix) <= max {
+		return base + suffix
+	}
+	h := fnv.New32a()
+	h.Write([]byte(base))
+	tag := fmt.Sprintf("_%08x", h.Sum32())
+	return base[:max-len(suffix)-len(tag)] + tag + suffix
+}
+
+// Table returns the table's name as configured (table or schema.table).
+func (s *Store) Table() string { return s.cfg.table }
+
+// Ping checks that the database is reachable.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("pgstore: ping: %w", err)
+	}
+	return nil
+}
+
+// queriesFor returns the statements for the table, finding out its columns
+// with run on first use.
+func (s *Store) queriesFor(ctx context.Context, run rowQuerier) (*queries, error) {
+	s.mu.Lock()
+	q := s.q
+	s.mu.Unlock()
+	if q != nil {
+		return q, nil
+	}
+	cols, err := s.columns(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	q, err = buildQueries(s.ident, s.channel, cols)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: table %s: %w", s.cfg.table, err)
+	}
+	s.mu.Lock()
+	s.q = q
+	s.mu.Unlock()
+	return q, nil
+}
+
+// forget drops what the Store knows of the table's columns (after a migration).
+func (s *Store) forget() {
+	s.mu.Lock()
+	s.q, s.archive = nil, nil
+	s.mu.Unlock()
+}
+
+// rowQuerier runs a query that returns one row: a pool, a pgx.Tx or a *sql.Tx.
+type rowQuerier func(ctx context.Context, sql string, args ...any) scanner
+
+type scanner interface{ Scan(dest ...any) error }
+
+func (s *Store) poolRow(ctx context.Context, sql string, args ...any) scanner {
+	return s.pool.QueryRow(ctx, sql, args...)
+}
+
+// columnsSQL lists a table's columns as "name type" lines, in one value so
+// that it can be read the same way through pgx and database/sql.
+const columnsSQL = `SELECT COALESCE(string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), chr(10)), '')
+FROM pg_attribute a
+WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`
+
+// columns returns the table's column types by name. A missing table is an error.
+func (s *Store) columns(ctx context.Context, run rowQuerier) (map[string]string, error) {
+	var list string
+	if err := run(ctx, columnsSQL, s.ident).Scan(&list); err != nil {
+		return nil, fmt.Errorf("pgstore: read columns of %s: %w", s.cfg.table, err)
+	}
+	if list == "" {
+		return nil, fmt.Errorf("pgstore: table %s does not exist (run Migrate, or check the search_path)", s.cfg.table)
+	}
+	cols := map[string]string{}
+	for _, line := range strings.Split(list, "\n") {
+		if name, typ, ok := strings.Cut(line, " "); ok {
+			cols[name] = typ
+		}
+	}
+	return cols, nil
+}

@@ -1,0 +1,166 @@
+package pgstore
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// contractColumns are the columns every table must have (shared/DESIGN.md).
+var contractColumns = []string{
+	"id", "message_id", "aggregate_type", "aggregate_id", "event_type", "payload",
+	"status", "retry_count", "next_retry_at", "created_at", "updated_at",
+}
+
+// queries are a table's statements, built once from its columns. The table
+// name in them is quoted by pgx.Identifier; every value is a parameter.
+type queries struct {
+	headers, topic, partitionKey, lastError bool
+
+	columnList string // the columns a claimedRow scans, of the table aliased o
+	insert     string
+	claim      [3]string // unordered, ordered, ordered with dead rows blocking
+	ack        string
+	del        string
+	reschedule string
+	kill       string
+	stats      string
+}
+
+const (
+	claimUnordered = iota
+	claimOrdered
+	claimOrderedBlockOnDead
+)
+
+// jsonCast returns the cast that turns a text parameter into the column's type.
+func jsonCast(col, typ string) (string, error) {
+	switch {
+	case typ == "jsonb" || typ == "json":
+		return "::" + typ, nil
+	case typ == "text" || strings.HasPrefix(typ, "character varying"):
+		return "", nil
+	}
+	return "", fmt.Errorf("column %s is %s; want jsonb, json or text", col, typ)
+}
+
+func buildQueries(table, channel string, cols map[string]string) (*queries, error) {
+	var missing []string
+	for _, c := range contractColumns {
+		if _, ok := cols[c]; !ok {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return nil, fmt.Errorf("missing contract columns: %s", strings.Join(missing, ", "))
+	}
+	q := &queries{}
+	_, q.headers = cols["headers"]
+	_, q.topic = cols["topic"]
+	_, q.partitionKey = cols["partition_key"]
+	_, q.lastError = cols["last_error"]
+
+	payloadCast, err := jsonCast("payload", cols["payload"])
+	if err != nil {
+		return nil, err
+	}
+
+	// Insert: one statement for the whole batch, rows in the order given so
+	// that ids follow write order.
+	names := []string{"message_id", "aggregate_type", "aggregate_id", "event_type", "payload"}
+	exprs := []string{"m.message_id", "m.aggregate_type", "m.aggregate_id", "m.event_type", "m.payload" + payloadCast}
+	if q.headers {
+		cast, err := jsonCast("headers", cols["headers"])
+		if err != nil {
+			return nil, err
+		}
+		names, exprs = append(names, "headers"), append(exprs, "m.headers"+cast)
+	}
+	if q.topic {
+		names, exprs = append(names, "topic"), append(exprs, "NULLIF(m.topic, '')")
+	}
+	if q.partitionKey {
+		names, exprs = append(names, "partition_key"), append(exprs, "NULLIF(m.partition_key, '')")
+	}
+	q.insert = fmt.Sprintf(`INSERT INTO %s (%s)
+SELECT %s
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+	WITH ORDINALITY AS m(message_id, aggregate_type, aggregate_id, event_type, payload, headers, topic, partition_key, ord)
+ORDER BY m.ord`, table, strings.Join(names, ", "), strings.Join(exprs, ", "))
+	if channel != "" {
+		q.insert = "WITH ins AS (" + q.insert + ") SELECT pg_notify($9, '')"
+	}
+
+	// Claim: lock due rows without waiting for other relays' locks, count the
+	// attempt and lease them, all in one statement (one implicit transaction).
+	returning := []string{
+		"o.id", "COALESCE(o.retry_count, 0)", "o.message_id::text", "o.aggregate_type::text", "o.aggregate_id::text",
+		"o.event_type::text", "o.payload::text", "o.created_at::timestamptz",
+	}
+	if q.headers {
+		returning = append(returning, "o.headers::text")
+	}
+	if q.topic {
+		returning = append(returning, "o.topic::text")
+	}
+	if q.partitionKey {
+		returning = append(returning, "o.partition_key::text")
+	}
+	q.columnList = strings.Join(returning, ", ")
+	for i, head := range []string{
+		"",
+		"\n\t  AND NOT EXISTS (SELECT 1 FROM %[1]s AS p WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id AND p.id < o.id AND p.status = 0)",
+		"\n\t  AND NOT EXISTS (SELECT 1 FROM %[1]s AS p WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id AND p.id < o.id AND p.status IN (0, 2))",
+	} {
+		q.claim[i] = fmt.Sprintf(`WITH c AS (
+	SELECT o.id FROM %[1]s AS o
+	WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())`+head+`
+	ORDER BY o.id
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE %[1]s AS o
+SET retry_count = COALESCE(o.retry_count, 0) + 1,
+	next_retry_at = now() + $2::bigint * interval '1 microsecond',
+	updated_at = now()
+FROM c
+WHERE o.id = c.id
+RETURNING %[2]s`, table, q.columnList)
+	}
+
+	// The fence every later statement shares: the row is still pending and
+	// its retry_count is still the attempt the claim handed out.
+	const fence = "o.id = a.id AND o.retry_count = a.attempt AND o.status = 0"
+
+	q.ack = fmt.Sprintf(`UPDATE %s AS o SET status = 1, updated_at = now()
+FROM unnest($1::bigint[], $2::integer[]) AS a(id, attempt)
+WHERE %s`, table, fence)
+	q.del = fmt.Sprintf(`DELETE FROM %s AS o
+USING unnest($1::bigint[], $2::integer[]) AS a(id, attempt)
+WHERE %s`, table, fence)
+
+	lastErr := ""
+	if q.lastError {
+		lastErr = ", last_error = a.err"
+	}
+	q.reschedule = fmt.Sprintf(`UPDATE %s AS o
+SET next_retry_at = a.at, retry_count = GREATEST(o.retry_count - $5::integer, 0), updated_at = now()%s
+FROM unnest($1::bigint[], $2::integer[], $3::timestamptz[], $4::text[]) AS a(id, attempt, at, err)
+WHERE %s`, table, lastErr, fence)
+	q.kill = fmt.Sprintf(`UPDATE %s AS o SET status = 2, updated_at = now()%s
+FROM unnest($1::bigint[], $2::integer[], $3::text[]) AS a(id, attempt, err)
+WHERE %s`, table, lastErr, fence)
+
+	// Stats reads pending and dead rows through the status index, and only
+	// the sent rows of the last hour.
+	q.stats = fmt.Sprintf(`SELECT
+	count(*) FILTER (WHERE status = 0),
+	COALESCE((EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 0)) * 1000000)::bigint, 0),
+	count(*) FILTER (WHERE status = 2),
+	count(*) FILTER (WHERE status = 1 AND updated_at >= now() - interval '1 minute'),
+	count(*) FILTER (WHERE status = 1 AND updated_at >= now() - interval '1 hour')
+FROM %s
+WHERE status IN (0, 2) OR (status = 1 AND updated_at >= now() - interval '1 hour')`, table)
+	return q, nil
+}

@@ -1,0 +1,292 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxkit/outbox"
+)
+
+// maxErrorLength caps the text stored in last_error, in bytes.
+const maxErrorLength = 4096
+
+// Claim takes up to p.Limit due pending rows that no other relay holds, in id
+// order, counts the attempt and leases them until the database's now() +
+// p.Lease, in one statement. With p.Ordered it takes only rows that have no
+// earlier pending row (or dead row, with p.BlockOnDead) of the same
+// aggregate_type and aggregate_id. Rows with a NULL in a required column, a
+// payload that is not JSON or headers that are not a JSON object of strings
+// come back in Claim.Malformed.
+func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
+	if p.Limit < 1 {
+		return nil, fmt.Errorf("pgstore: claim: limit %d is less than 1", p.Limit)
+	}
+	if p.Lease <= 0 {
+		return nil, fmt.Errorf("pgstore: claim: lease %v is not positive", p.Lease)
+	}
+	q, err := s.queriesFor(ctx, s.poolRow)
+	if err != nil {
+		return nil, err
+	}
+	mode := claimUnordered
+	if p.Ordered {
+		mode = claimOrdered
+		if p.BlockOnDead {
+			mode = claimOrderedBlockOnDead
+		}
+	}
+	rows, err := s.pool.Query(ctx, q.claim[mode], p.Limit, p.Lease.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: claim: %w", err)
+	}
+	defer rows.Close()
+
+	claim := &outbox.Claim{}
+	var r claimedRow
+	dest := r.dest(q)
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return nil, fmt.Errorf("pgstore: claim: read row: %w", err)
+		}
+		m, err := r.message()
+		if err != nil {
+			claim.Malformed = append(claim.Malformed, outbox.MalformedRow{Message: m, Err: err})
+			continue
+		}
+		claim.Messages = append(claim.Messages, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: claim: %w", err)
+	}
+	slices.SortFunc(claim.Messages, func(a, b *outbox.Message) int { return cmp.Compare(a.RowID, b.RowID) })
+	slices.SortFunc(claim.Malformed, func(a, b outbox.MalformedRow) int {
+		return cmp.Compare(a.Message.RowID, b.Message.RowID)
+	})
+	return claim, nil
+}
+
+// claimedRow holds one row of a claim as scanned, NULLs included.
+type claimedRow struct {
+	id                                            int64
+	attempt                                       int32
+	messageID, aggType, aggID, eventType, payload pgtype.Text
+	createdAt                                     pgtype.Timestamptz
+	headers, topic, partitionKey                  pgtype.Text
+}
+
+func (r *claimedRow) dest(q *queries) []any {
+	d := []any{&r.id, &r.attempt, &r.messageID, &r.aggType, &r.aggID, &r.eventType, &r.payload, &r.createdAt}
+	if q.headers {
+		d = append(d, &r.headers)
+	}
+	if q.topic {
+		d = append(d, &r.topic)
+	}
+	if q.partitionKey {
+		d = append(d, &r.partitionKey)
+	}
+	return d
+}
+
+// message decodes the row. On error the message still carries RowID,
+// Attempt and whatever could be read.
+func (r *claimedRow) message() (*outbox.Message, error) {
+	m := &outbox.Message{
+		RowID:         r.id,
+		Attempt:       int(r.attempt),
+		MessageID:     r.messageID.String,
+		AggregateType: r.aggType.String,
+		AggregateID:   r.aggID.String,
+		EventType:     r.eventType.String,
+		Topic:         r.topic.String,
+		PartitionKey:  r.partitionKey.String,
+		CreatedAt:     r.createdAt.Time,
+	}
+	var bad []string
+	for _, c := range []struct {
+		name string
+		v    pgtype.Text
+	}{
+		{"message_id", r.messageID}, {"aggregate_type", r.aggType}, {"aggregate_id", r.aggID},
+		{"event_type", r.eventType}, {"payload", r.payload},
+	} {
+		if !c.v.Valid {
+			bad = append(bad, c.name+" is NULL")
+		}
+	}
+	if r.payload.Valid {
+		m.Payload = json.RawMessage(r.payload.String)
+		if !json.Valid(m.Payload) {
+			bad = append(bad, "payload is not valid JSON")
+		}
+	}
+	if r.headers.Valid {
+		if err := json.Unmarshal([]byte(r.headers.String), &m.Headers); err != nil {
+			bad = append(bad, "headers are not a JSON object of strings: "+err.Error())
+		}
+	}
+	if len(bad) > 0 {
+		return m, fmt.Errorf("pgstore: row %d: %s", r.id, strings.Join(bad, ", "))
+	}
+	return m, nil
+}
+
+// fenceArgs returns the row ids and attempts of msgs, sorted by id so that
+// concurrent statements lock rows in the same order.
+func fenceArgs(msgs []*outbox.Message) ([]int64, []int32, error) {
+	ms := slices.Clone(msgs)
+	for i, m := range ms {
+		if m == nil {
+			return nil, nil, fmt.Errorf("message %d is nil", i)
+		}
+	}
+	slices.SortStableFunc(ms, func(a, b *outbox.Message) int { return cmp.Compare(a.RowID, b.RowID) })
+	ids := make([]int64, len(ms))
+	attempts := make([]int32, len(ms))
+	for i, m := range ms {
+		ids[i], attempts[i] = m.RowID, int32(m.Attempt)
+	}
+	return ids, attempts, nil
+}
+
+// Ack marks the messages sent (status 1), or deletes them when p.Delete, in
+// one statement fenced by each message's Attempt. It returns how many rows it
+// changed; rows another relay took over, and rows no longer pending, are
+// left alone and not counted.
+func (s *Store) Ack(ctx context.Context, p outbox.AckParams) (int, error) {
+	if len(p.Messages) == 0 {
+		return 0, nil
+	}
+	ids, attempts, err := fenceArgs(p.Messages)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: ack: %w", err)
+	}
+	q, err := s.queriesFor(ctx, s.poolRow)
+	if err != nil {
+		return 0, err
+	}
+	sql := q.ack
+	if p.Delete {
+		sql = q.del
+	}
+	tag, err := s.pool.Exec(ctx, sql, ids, attempts)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: ack %d messages: %w", len(ids), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// retryArg is one row of a Reschedule or Kill, for sorting by id.
+type retryArg struct {
+	id      int64
+	attempt int32
+	at      time.Time
+	err     string
+}
+
+func sortedRetries(args []retryArg) ([]int64, []int32, []time.Time, []string) {
+	slices.SortStableFunc(args, func(a, b retryArg) int { return cmp.Compare(a.id, b.id) })
+	ids := make([]int64, len(args))
+	attempts := make([]int32, len(args))
+	ats := make([]time.Time, len(args))
+	errs := make([]string, len(args))
+	for i, a := range args {
+		ids[i], attempts[i], ats[i], errs[i] = a.id, a.attempt, a.at, a.err
+	}
+	return ids, attempts, ats, errs
+}
+
+// Reschedule makes the messages due again at their Retry.At and records
+// Retry.Err in last_error (when the table has it), in one statement fenced
+// like Ack. With p.Refund the claim's attempt is given back (retry_count - 1).
+func (s *Store) Reschedule(ctx context.Context, p outbox.RescheduleParams) error {
+	if len(p.Retries) == 0 {
+		return nil
+	}
+	args := make([]retryArg, len(p.Retries))
+	for i, r := range p.Retries {
+		if r.Message == nil {
+			return fmt.Errorf("pgstore: reschedule: retry %d has a nil message", i)
+		}
+		args[i] = retryArg{id: r.Message.RowID, attempt: int32(r.Message.Attempt), at: r.At, err: cleanText(r.Err)}
+	}
+	q, err := s.queriesFor(ctx, s.poolRow)
+	if err != nil {
+		return err
+	}
+	refund := 0
+	if p.Refund {
+		refund = 1
+	}
+	ids, attempts, ats, errs := sortedRetries(args)
+	if _, err := s.pool.Exec(ctx, q.reschedule, ids, attempts, ats, errs, refund); err != nil {
+		return fmt.Errorf("pgstore: reschedule %d messages: %w", len(ids), err)
+	}
+	return nil
+}
+
+// Kill marks the messages dead (status 2) and records each reason in
+// last_error (when the table has it), in one statement fenced like Ack.
+func (s *Store) Kill(ctx context.Context, p outbox.KillParams) error {
+	if len(p.Dead) == 0 {
+		return nil
+	}
+	args := make([]retryArg, len(p.Dead))
+	for i, d := range p.Dead {
+		if d.Message == nil {
+			return fmt.Errorf("pgstore: kill: dead %d has a nil message", i)
+		}
+		args[i] = retryArg{id: d.Message.RowID, attempt: int32(d.Message.Attempt), err: cleanText(d.Reason)}
+	}
+	q, err := s.queriesFor(ctx, s.poolRow)
+	if err != nil {
+		return err
+	}
+	ids, attempts, _, reasons := sortedRetries(args)
+	if _, err := s.pool.Exec(ctx, q.kill, ids, attempts, reasons); err != nil {
+		return fmt.Errorf("pgstore: kill %d messages: %w", len(ids), err)
+	}
+	return nil
+}
+
+// Stats reports the backlog in one query: pending rows (leased ones
+// included) and the age of the oldest, dead rows, and rows acknowledged in
+// the last minute and hour (counted by updated_at, so only when sent rows are
+// kept). It reads every pending and dead row and the last hour's sent rows.
+func (s *Store) Stats(ctx context.Context) (*outbox.Stats, error) {
+	q, err := s.queriesFor(ctx, s.poolRow)
+	if err != nil {
+		return nil, err
+	}
+	var st outbox.Stats
+	var oldestMicros int64
+	if err := s.pool.QueryRow(ctx, q.stats).Scan(
+		&st.Pending, &oldestMicros, &st.Dead, &st.SentLastMinute, &st.SentLastHour); err != nil {
+		return nil, fmt.Errorf("pgstore: stats: %w", err)
+	}
+	st.OldestPending = max(time.Duration(oldestMicros)*time.Microsecond, 0)
+	return &st, nil
+}
+
+// cleanText makes s storable in a text column: valid UTF-8, no NUL bytes
+// (PostgreSQL refuses both), at most maxErrorLength bytes.
+func cleanText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "")
+	if len(s) <= maxErrorLength {
+		return s
+	}
+	cut := maxErrorLength
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}

@@ -1,0 +1,173 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox"
+)
+
+// admin returns a fresh fixture and its store as an outbox.Admin, skipping
+// the test when the store does not implement it.
+func (s *suite) admin(t *testing.T) (*fx, outbox.Admin) {
+	t.Helper()
+	f := s.fresh(t)
+	a, ok := f.Store.(outbox.Admin)
+	if !ok {
+		t.Skipf("%T does not implement outbox.Admin", f.Store)
+	}
+	return f, a
+}
+
+// deadFixture writes five messages and leaves rows 0, 2 and 4 dead (row 4
+// died two hours ago), row 1 sent and row 3 pending.
+func (s *suite) deadFixture(t *testing.T) (*fx, outbox.Admin, []int64) {
+	f, a := s.admin(t)
+	ids := f.write(
+		&outbox.Message{AggregateType: "order", AggregateID: "1", EventType: "ORDER_PAID", Payload: []byte(`{"n":0}`)},
+		&outbox.Message{AggregateType: "order", AggregateID: "1", EventType: "ORDER_PAID", Payload: []byte(`{"n":1}`)},
+		&outbox.Message{AggregateType: "order", AggregateID: "2", EventType: "ORDER_SHIPPED", Payload: []byte(`{"n":2}`)},
+		&outbox.Message{AggregateType: "user", AggregateID: "2", EventType: "USER_CREATED", Payload: []byte(`{"n":3}`)},
+		&outbox.Message{AggregateType: "user", AggregateID: "3", EventType: "USER_CREATED", Payload: []byte(`{"n":4}`)},
+	)
+	ms := f.claimN(5).Messages
+	require.Len(t, ms, 5)
+	require.NoError(t, f.Store.Kill(t.Context(), outbox.KillParams{Dead: []outbox.Dead{
+		{Message: ms[0], Reason: "gave up after 5 attempts: broker timeout"},
+		{Message: ms[2], Reason: "unroutable"},
+		{Message: ms[4], Reason: "payload too large"},
+	}}))
+	require.Equal(t, 1, f.ack(false, ms[1]))
+	f.setTime("updated_at", time.Now().Add(-2*time.Hour), ids[4])
+	return f, a, ids
+}
+
+func (s *suite) adminListDead(t *testing.T) {
+	f, a, ids := s.deadFixture(t)
+	all, err := a.ListDead(t.Context(), outbox.DeadFilter{})
+	require.NoError(t, err)
+	require.Len(t, all, 3)
+	for i, want := range []struct {
+		id     int64
+		reason string
+		event  string
+	}{
+		{ids[0], "gave up after 5 attempts: broker timeout", "ORDER_PAID"},
+		{ids[2], "unroutable", "ORDER_SHIPPED"},
+		{ids[4], "payload too large", "USER_CREATED"},
+	} {
+		d := all[i]
+		require.NotNil(t, d.Message)
+		require.Equal(t, want.id, d.Message.RowID, "oldest first")
+		require.Equal(t, want.reason, d.Reason)
+		require.Equal(t, want.event, d.Message.EventType)
+		require.NotEmpty(t, d.Message.MessageID)
+		require.NotEmpty(t, d.Message.Payload)
+		require.Equal(t, 1, d.Attempts)
+	}
+	near(t, time.Now(), all[0].DiedAt, time.Minute, "DiedAt")
+	near(t, time.Now().Add(-2*time.Hour), all[2].DiedAt, time.Minute, "DiedAt of the old one")
+
+	for _, c := range []struct {
+		name string
+		f    outbox.DeadFilter
+		want []int64
+	}{
+		{"RowIDs", outbox.DeadFilter{RowIDs: []int64{ids[1], ids[2], ids[3]}}, []int64{ids[2]}},
+		{"EventType", outbox.DeadFilter{EventType: "USER_CREATED"}, []int64{ids[4]}},
+		{"AggregateType", outbox.DeadFilter{AggregateType: "order"}, []int64{ids[0], ids[2]}},
+		{"AggregateID", outbox.DeadFilter{AggregateID: "2"}, []int64{ids[2]}},
+		{"AggregateTypeAndID", outbox.DeadFilter{AggregateType: "user", AggregateID: "2"}, nil},
+		{"OlderThan", outbox.DeadFilter{OlderThan: time.Hour}, []int64{ids[4]}},
+		{"ErrorContains", outbox.DeadFilter{ErrorContains: "timeout"}, []int64{ids[0]}},
+		{"ErrorContainsIsLiteral", outbox.DeadFilter{ErrorContains: "%"}, nil},
+		{"Limit", outbox.DeadFilter{Limit: 2}, []int64{ids[0], ids[2]}},
+	} {
+		got, err := a.ListDead(t.Context(), c.f)
+		require.NoError(t, err, c.name)
+		var gotIDs []int64
+		for _, d := range got {
+			gotIDs = append(gotIDs, d.Message.RowID)
+		}
+		require.Equal(t, c.want, gotIDs, c.name)
+	}
+	require.EqualValues(t, 3, f.count("status = 2"), "listing changed nothing")
+}
+
+func (s *suite) adminRetryDead(t *testing.T) {
+	f, a, ids := s.deadFixture(t)
+	n, err := a.RetryDead(t.Context(), outbox.DeadFilter{AggregateType: "order"})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	for _, id := range []int64{ids[0], ids[2]} {
+		r := f.row(id)
+		require.Equal(t, 0, r.Status)
+		require.Equal(t, 0, r.RetryCount, "a fresh attempt count")
+		require.True(t, r.NextRetryAt.IsZero(), "due at once")
+	}
+	c := f.claimN(10)
+	require.Equal(t, []int64{ids[0], ids[2]}, rowIDs(c.Messages), "retried rows are claimable; row 3 is still leased")
+	for _, m := range c.Messages {
+		require.Equal(t, 1, m.Attempt)
+	}
+	require.Equal(t, 2, f.row(ids[4]).Status, "the other dead row is left alone")
+	require.Equal(t, 1, f.row(ids[1]).Status, "sent rows are never retried")
+
+	n, err = a.RetryDead(t.Context(), outbox.DeadFilter{})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	n, err = a.RetryDead(t.Context(), outbox.DeadFilter{})
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+func (s *suite) adminDiscardDead(t *testing.T) {
+	f, a, ids := s.deadFixture(t)
+	n, err := a.DiscardDead(t.Context(), outbox.DeadFilter{EventType: "ORDER_SHIPPED"})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Zero(t, f.count("id = ?", ids[2]))
+
+	n, err = a.DiscardDead(t.Context(), outbox.DeadFilter{})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	require.EqualValues(t, 2, f.count(""), "the sent and the pending row remain")
+	require.Zero(t, f.count("status = 2"))
+}
+
+func (s *suite) adminArchive(t *testing.T) {
+	for _, del := range []bool{false, true} {
+		name := map[bool]string{false: "Move", true: "Delete"}[del]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f, a := s.admin(t)
+			ids := f.writeN(6)
+			ms := f.claimN(6).Messages
+			require.Equal(t, 4, f.ack(false, ms[:4]...))
+			f.kill("dead", ms[4])
+			old := time.Now().Add(-48 * time.Hour)
+			f.setTime("updated_at", old, ids[0], ids[1], ids[2], ids[4]) // three old sent rows, one old dead row
+
+			_, err := a.Archive(t.Context(), outbox.ArchiveParams{OlderThan: 24 * time.Hour, Batch: 0})
+			require.Error(t, err, "batch 0")
+
+			var moved []int64
+			for range 10 {
+				n, err := a.Archive(t.Context(), outbox.ArchiveParams{OlderThan: 24 * time.Hour, Batch: 2, Delete: del})
+				require.NoError(t, err)
+				require.LessOrEqual(t, n, int64(2), "a call moves at most Batch rows")
+				if n == 0 {
+					break
+				}
+				moved = append(moved, n)
+			}
+			require.Equal(t, []int64{2, 1}, moved)
+			require.Zero(t, f.count("id IN (?, ?, ?)", ids[0], ids[1], ids[2]), "old sent rows left the table")
+			require.EqualValues(t, 3, f.count(""), "the recent sent row, the dead and the pending rows stay")
+			require.EqualValues(t, 1, f.count("id = ? AND status = 1", ids[3]))
+			require.EqualValues(t, 1, f.count("id = ? AND status = 2", ids[4]))
+		})
+	}
+}

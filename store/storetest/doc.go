@@ -1,0 +1,45 @@
+// Package storetest is the conformance suite that every [outbox.Store] runs
+// against its real database.
+//
+// A store's test file builds a [Harness] (how to get a fresh, migrated table
+// for one test, and how to reach the same database with raw SQL) and calls
+// [Run]:
+//
+//	func TestStore(t *testing.T) {
+//		storetest.Run(t, storetest.Harness{
+//			Dialect: storetest.Postgres,
+//			New: func(t *testing.T) *storetest.Fixture {
+//				pool, _, _ := testsvc.PostgresSchema(t)
+//				s, err := pgstore.New(pool)
+//				require.NoError(t, err)
+//				require.NoError(t, s.Migrate(t.Context()))
+//				return &storetest.Fixture{Store: s, Write: ..., DB: ..., Table: "outbox_message"}
+//			},
+//		})
+//	}
+//
+// # What it checks
+//
+// Each behaviour the root package's Store documentation promises is a
+// subtest that runs in parallel with the others, each on its own table:
+// claiming due rows in id order with the attempt counted and a lease taken,
+// the lease expiring, acknowledgements fenced by the attempt (including after
+// another relay took an expired lease over), deleting acknowledgements,
+// rescheduling with and without a refunded attempt, killing, stats,
+// concurrent claimers that never share a row, per-aggregate ordered claims
+// (also under concurrency), malformed rows reported in [outbox.Claim] so they
+// can be killed, a Writer round trip that keeps every field, and a table
+// made by hand with only the contract columns. When the store also
+// implements [outbox.Admin], the suite checks listing, retrying and
+// discarding dead rows and archiving sent ones; otherwise those subtests
+// are skipped.
+//
+// # Raw SQL
+//
+// The suite plants and inspects rows with plain SQL through [Fixture.DB]:
+// INSERT, UPDATE and SELECT on the contract columns (and last_error on
+// migrated tables), with `?` placeholders that it rewrites to `$n` for
+// [Postgres]. Timestamps are bound through [Harness.Time] and read back
+// through [Harness.ParseTime], so a store that keeps time in its own format
+// (unix microseconds, ISO-8601 text) says how.
+package storetest
