@@ -1,0 +1,288 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/outboxkit/outbox"
+)
+
+// Claim takes up to p.Limit due pending rows in id order that no other
+// relay holds, counts the attempt (retry_count + 1, returned as
+// Message.Attempt) and leases them until the database's UTC now + p.Lease,
+// in one short READ COMMITTED transaction: SELECT ... ORDER BY id LIMIT n
+// FOR UPDATE SKIP LOCKED of the rows, then one UPDATE of their ids, then
+// COMMIT. The attempt is durable before Claim returns, and no transaction
+// stays open while the relay publishes.
+//
+// When the table has an index on (status, id), the SELECT is forced onto
+// it: it then walks pending rows in id order and locks only the rows it
+// takes. Without one (a hand-made table), MySQL may sort every due row and
+// keep them all locked until the commit, so concurrent claims wait for each
+// other's short transactions instead of running side by side; Migrate adds
+// the index.
+//
+// With p.Ordered only the head of each aggregate is claimed: a row none of
+// whose earlier rows (same aggregate_type and aggregate_id) is pending, or
+// dead when p.BlockOnDead. Rows that cannot be decoded come back in
+// Claim.Malformed.
+func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
+	if p.Limit < 1 {
+		return nil, fmt.Errorf("mysqlstore: claim: limit %d is less than 1", p.Limit)
+	}
+	if p.Lease <= 0 {
+		return nil, fmt.Errorf("mysqlstore: claim: lease %v is not positive", p.Lease)
+	}
+	info, err := s.tableInfo(ctx, s.db)
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: claim: %w", err)
+	}
+	q, sel := s.claimSQL(info, p)
+	var c *outbox.Claim
+	err = retryDeadlock(ctx, func() (err error) {
+		c, err = s.claimOnce(ctx, q, sel, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: claim: %w", err)
+	}
+	return c, nil
+}
+
+func (s *Store) claimOnce(ctx context.Context, q string, sel []string, p outbox.ClaimParams) (*outbox.Claim, error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+
+	rows, err := tx.QueryContext(ctx, q, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("lock rows: %w", err)
+	}
+	c := &outbox.Claim{}
+	var ids []any
+	for rows.Next() {
+		var id, retries int64
+		vals := make([]any, len(sel))
+		ptrs := make([]any, len(sel)+2)
+		ptrs[0], ptrs[1] = &id, &retries
+		for i := range vals {
+			ptrs[i+2] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read row: %w", err)
+		}
+		ids = append(ids, id)
+		m, err := decodeRow(sel, vals)
+		m.RowID, m.Attempt = id, int(retries)+1
+		if err != nil {
+			c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: m, Err: err})
+			continue
+		}
+		c.Messages = append(c.Messages, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("lock rows: %w", err)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("lock rows: %w", err)
+	}
+	for lo := 0; lo < len(ids); lo += s.chunk {
+		chunk := ids[lo:min(lo+s.chunk, len(ids))]
+		args := append([]any{p.Lease.Microseconds()}, chunk...)
+		_, err := tx.ExecContext(ctx, "UPDATE "+s.table.quoted()+" SET retry_count = COALESCE(retry_count, 0) + 1,"+
+			" next_retry_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, updated_at = UTC_TIMESTAMP(6)"+
+			" WHERE id IN ("+placeholders(len(chunk))+")", args...)
+		if err != nil {
+			return nil, fmt.Errorf("lease rows: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return c, nil
+}
+
+// The columns a claim decodes, after id and retry_count; the optional ones
+// only when the table has them.
+const (
+	colMessageID     = "message_id"
+	colAggregateType = "aggregate_type"
+	colAggregateID   = "aggregate_id"
+	colEventType     = "event_type"
+	colPayload       = "payload"
+	colCreatedAt     = "created_at"
+	colHeaders       = "headers"
+	colTopic         = "topic"
+	colPartitionKey  = "partition_key"
+)
+
+func selectColumns(info tableInfo) []string {
+	sel := []string{colMessageID, colAggregateType, colAggregateID, colEventType, colPayload, colCreatedAt}
+	if info.headers {
+		sel = append(sel, colHeaders)
+	}
+	if info.topic {
+		sel = append(sel, colTopic)
+	}
+	if info.partitionKey {
+		sel = append(sel, colPartitionKey)
+	}
+	return sel
+}
+
+// claimSQL builds the locking SELECT of a claim; its one parameter is the limit.
+func (s *Store) claimSQL(info tableInfo, p outbox.ClaimParams) (string, []string) {
+	t := s.table.quoted()
+	sel := selectColumns(info)
+	cols := make([]string, len(sel))
+	for i, c := range sel {
+		cols[i] = "c." + c
+	}
+	var b strings.Builder
+	b.WriteString("SELECT c.id, COALESCE(c.retry_count, 0), " + strings.Join(cols, ", ") + " FROM " + t + " AS c")
+	if info.claimIndex != "" {
+		b.WriteString(" FORCE INDEX (" + quoteIdent(info.claimIndex) + ")")
+	}
+	b.WriteString(" WHERE c.status = 0 AND (c.next_retry_at IS NULL OR c.next_retry_at <= UTC_TIMESTAMP(6))")
+	if p.Ordered {
+		blocking := "0"
+		if p.BlockOnDead {
+			blocking = "0, 2"
+		}
+		// A plain (non-locking) read: rows other claims hold still block.
+		b.WriteString(" AND NOT EXISTS (SELECT 1 FROM " + t + " AS h WHERE h.aggregate_type = c.aggregate_type" +
+			" AND h.aggregate_id = c.aggregate_id AND h.id < c.id AND h.status IN (" + blocking + "))")
+	}
+	b.WriteString(" ORDER BY c.id LIMIT ? FOR UPDATE SKIP LOCKED")
+	return b.String(), sel
+}
+
+// placeholders returns n comma-separated question marks.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// decodeRow turns a claimed row's columns into a Message. On failure it
+// returns the Message with what could be read and an error naming every bad
+// column.
+func decodeRow(sel []string, vals []any) (*outbox.Message, error) {
+	m := &outbox.Message{}
+	var errs []error
+	for i, col := range sel {
+		v := vals[i]
+		switch col {
+		case colMessageID:
+			m.MessageID = required(col, v, &errs)
+		case colAggregateType:
+			m.AggregateType = required(col, v, &errs)
+		case colAggregateID:
+			m.AggregateID = required(col, v, &errs)
+		case colEventType:
+			m.EventType = required(col, v, &errs)
+		case colTopic:
+			m.Topic = optional(col, v, &errs)
+		case colPartitionKey:
+			m.PartitionKey = optional(col, v, &errs)
+		case colCreatedAt:
+			m.CreatedAt, _ = parseTime(v) // only for latency; zero when unreadable
+		case colPayload:
+			p, err := payload(v)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			m.Payload = p
+		case colHeaders:
+			h, err := headers(v)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			m.Headers = h
+		}
+	}
+	return m, errors.Join(errs...)
+}
+
+// text reads a text column scanned into an any. ok is false for NULL.
+func text(v any) (s string, ok bool, err error) {
+	switch v := v.(type) {
+	case nil:
+		return "", false, nil
+	case []byte:
+		s = string(v)
+	case string:
+		s = v
+	case int64:
+		return strconv.FormatInt(v, 10), true, nil
+	case uint64:
+		return strconv.FormatUint(v, 10), true, nil
+	case float64:
+		return strconv.FormatFloat(v, 'g', -1, 64), true, nil
+	default:
+		return "", true, fmt.Errorf("is a %T, not text", v)
+	}
+	if !utf8.ValidString(s) {
+		return s, true, errors.New("is not valid UTF-8")
+	}
+	return s, true, nil
+}
+
+func required(col string, v any, errs *[]error) string {
+	s, ok, err := text(v)
+	switch {
+	case err != nil:
+		*errs = append(*errs, fmt.Errorf("%s %w", col, err))
+	case !ok:
+		*errs = append(*errs, fmt.Errorf("%s is NULL", col))
+	case s == "":
+		*errs = append(*errs, fmt.Errorf("%s is empty", col))
+	}
+	return s
+}
+
+func optional(col string, v any, errs *[]error) string {
+	s, _, err := text(v)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s %w", col, err))
+	}
+	return s
+}
+
+func payload(v any) (json.RawMessage, error) {
+	s, ok, err := text(v)
+	switch {
+	case err != nil:
+		return json.RawMessage(s), fmt.Errorf("payload %w", err)
+	case !ok:
+		return nil, errors.New("payload is NULL")
+	case !json.Valid([]byte(s)):
+		return json.RawMessage(s), errors.New("payload is not valid JSON")
+	}
+	return json.RawMessage(s), nil
+}
+
+func headers(v any) (map[string]string, error) {
+	s, ok, err := text(v)
+	if err != nil {
+		return nil, fmt.Errorf("headers %w", err)
+	}
+	if !ok || s == "" {
+		return nil, nil
+	}
+	var h map[string]string
+	if err := json.Unmarshal([]byte(s), &h); err != nil {
+		return nil, fmt.Errorf("headers are not a JSON object of strings: %w", err)
+	}
+	if len(h) == 0 {
+		return nil, nil
+	}
+	return h, nil
+}

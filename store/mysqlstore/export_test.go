@@ -1,0 +1,4 @@
+package mysqlstore
+
+// WithChunkRows lets tests cross statement boundaries with small batches.
+var WithChunkRows = withChunkRows

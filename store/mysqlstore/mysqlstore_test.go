@@ -1,0 +1,642 @@
+package mysqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/mysqlstore"
+	"github.com/outboxkit/outbox/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// database/sql closes connections in the background after db.Close.
+		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
+	)
+}
+
+// pastedDDL is the outbox table as teams paste it from the well-known MySQL
+// write-ups: DATETIME with whole seconds, CURRENT_TIMESTAMP defaults, a JSON
+// payload, and NULLs allowed where storetest plants malformed rows.
+const pastedDDL = `CREATE TABLE %s (
+  id             BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
+  message_id     VARCHAR(64) UNIQUE COMMENT 'global id for consumer dedup',
+  aggregate_type VARCHAR(64),
+  aggregate_id   VARCHAR(64),
+  event_type     VARCHAR(64),
+  payload        JSON,
+  status         TINYINT NOT NULL DEFAULT 0 COMMENT '0 pending, 1 sent, 2 failed',
+  retry_count    INT NOT NULL DEFAULT 0,
+  next_retry_at  DATETIME NULL,
+  created_at     DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
+  updated_at     DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+  INDEX idx_status_next_retry (status, next_retry_at),
+  INDEX idx_aggregate (aggregate_type, aggregate_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
+
+// openDB returns a *sql.DB on a database of t's own, opened through Open so
+// that the DSN helper is what the tests run on.
+func openDB(t *testing.T) (*sql.DB, string) {
+	t.Helper()
+	_, dsn := testsvc.MySQLDatabase(t)
+	db, err := mysqlstore.Open(dsn)
+	require.NoError(t, err)
+	db.SetMaxOpenConns(8)
+	t.Cleanup(func() { db.Close() })
+	return db, dsn
+}
+
+func newStore(t *testing.T, opts ...mysqlstore.Option) (*mysqlstore.Store, *sql.DB) {
+	t.Helper()
+	db, _ := openDB(t)
+	s, err := mysqlstore.New(db, opts...)
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(t.Context()))
+	return s, db
+}
+
+// pastedStore returns a store on the pasted table, not migrated.
+func pastedStore(t *testing.T) (*mysqlstore.Store, *sql.DB) {
+	t.Helper()
+	db, _ := openDB(t)
+	_, err := db.ExecContext(t.Context(), fmt.Sprintf(pastedDDL, "outbox_message"))
+	require.NoError(t, err)
+	s, err := mysqlstore.New(db)
+	require.NoError(t, err)
+	return s, db
+}
+
+func writeFunc(db *sql.DB, s *mysqlstore.Store) func(ctx context.Context, msgs ...*outbox.Message) error {
+	w := outbox.NewWriter(s)
+	return func(ctx context.Context, msgs ...*outbox.Message) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := w.Write(ctx, tx, msgs...); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
+}
+
+func mysqlTime(tm time.Time) any { return tm.UTC().Format("2006-01-02 15:04:05.000000") }
+
+func TestStore(t *testing.T) {
+	storetest.Run(t, storetest.Harness{
+		Dialect: storetest.MySQL,
+		New: func(t *testing.T) *storetest.Fixture {
+			s, db := newStore(t)
+			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: s.Table()}
+		},
+		ContractOnly: func(t *testing.T) *storetest.Fixture {
+			s, db := pastedStore(t)
+			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: s.Table()}
+		},
+		// MariaDB's JSON column checks JSON_VALID: TestMalformedRows plants
+		// invalid JSON in a LONGTEXT table instead.
+		InvalidJSON: false,
+		Time:        mysqlTime,
+	})
+}
+
+func TestWithTable(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"outbox_message", true},
+		{"_x", true},
+		{"Outbox2", true},
+		{"shop.outbox", true},
+		{strings.Repeat("a", 64), true},
+		{"", false},
+		{strings.Repeat("a", 65), false},
+		{"1outbox", false},
+		{"x; DROP TABLE y", false},
+		{"a`b", false},
+		{"`outbox`", false},
+		{`a"b`, false},
+		{"a'b", false},
+		{"a b", false},
+		{"a.b.c", false},
+		{".outbox", false},
+		{"outbox.", false},
+		{"outbox_message` WHERE 1=1; --", false},
+		{"outbox\x00", false},
+		{"outbox--", false},
+		{"tablé", false},
+	} {
+		t.Run(fmt.Sprintf("%q", c.name), func(t *testing.T) {
+			s, err := mysqlstore.New(&sql.DB{}, mysqlstore.WithTable(c.name))
+			if c.ok {
+				require.NoError(t, err)
+				require.Equal(t, c.name, s.Table())
+				return
+			}
+			require.Error(t, err)
+			require.Contains(t, err.Error(), "WithTable")
+			require.Nil(t, s)
+		})
+	}
+}
+
+func TestNewPanicsOnNilDB(t *testing.T) {
+	t.Parallel()
+	require.Panics(t, func() { _, _ = mysqlstore.New(nil) })
+}
+
+func TestDSN(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, in string
+		want     []string // substrings of the result
+		notWant  []string
+	}{
+		{"DriverDSN", "app:pw@tcp(db:3306)/shop", []string{"app:pw@tcp(db:3306)/shop?", "parseTime=true", "time_zone=%27%2B00%3A00%27"}, nil},
+		{"ParseTimeForced", "root@tcp(127.0.0.1:3306)/test?parseTime=false", []string{"parseTime=true"}, []string{"parseTime=false"}},
+		{"OwnTimeZoneKept", "root@tcp(h:3306)/d?time_zone=%27Europe%2FParis%27", []string{"time_zone=%27Europe%2FParis%27"}, []string{"%2B00%3A00"}},
+		{"OtherParamsKept", "root@tcp(h:3306)/d?timeout=5s&loc=Local", []string{"timeout=5s", "loc=Local", "parseTime=true"}, nil},
+		{"URL", "mysql://app:p%40ss@db.example:3307/shop?timeout=2s", []string{"app:p@ss@tcp(db.example:3307)/shop?", "timeout=2s", "parseTime=true"}, nil},
+		{"URLDefaultPort", "mysql://app@db/shop", []string{"app@tcp(db:3306)/shop?"}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := mysqlstore.DSN(c.in)
+			require.NoError(t, err)
+			for _, w := range c.want {
+				require.Contains(t, got, w)
+			}
+			for _, w := range c.notWant {
+				require.NotContains(t, got, w)
+			}
+		})
+	}
+	t.Run("Invalid", func(t *testing.T) {
+		for _, in := range []string{"not a dsn", "mysql://app:secret@db:3306/shop?timeout=never", "mysql://app:secret@[bad/shop"} {
+			_, err := mysqlstore.DSN(in)
+			require.Error(t, err, in)
+			require.NotContains(t, err.Error(), "secret", "the error leaks the password")
+		}
+	})
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	t.Run("TwiceKeepsRows", func(t *testing.T) {
+		t.Parallel()
+		s, db := newStore(t)
+		require.NoError(t, writeFunc(db, s)(t.Context(), msg("a", "1")))
+		require.NoError(t, s.Migrate(t.Context()))
+		require.Equal(t, 1, count(t, db, "outbox_message"))
+	})
+	t.Run("ConcurrentFromSeveralHandles", func(t *testing.T) {
+		t.Parallel()
+		_, dsn := openDB(t)
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for range 4 {
+			db, err := mysqlstore.Open(dsn)
+			require.NoError(t, err)
+			t.Cleanup(func() { db.Close() })
+			s, err := mysqlstore.New(db)
+			require.NoError(t, err)
+			wg.Go(func() { errs <- s.Migrate(t.Context()) })
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+	})
+	t.Run("UpgradesPastedTable", func(t *testing.T) {
+		t.Parallel()
+		s, db := pastedStore(t)
+		ctx := t.Context()
+		write := writeFunc(db, s)
+		require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E",
+			Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}}))
+
+		require.NoError(t, s.Migrate(ctx))
+		require.NoError(t, s.Migrate(ctx), "twice")
+		cols := columnTypes(t, db, "outbox_message")
+		for _, c := range []string{"headers", "topic", "partition_key", "last_error"} {
+			require.Contains(t, cols, c)
+		}
+		require.Equal(t, "datetime", cols["next_retry_at"], "Migrate keeps the table's own column types")
+		require.Equal(t, 1, count(t, db, "outbox_message"), "the row written before survives")
+		var idx int
+		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM information_schema.statistics
+			WHERE table_schema = DATABASE() AND table_name = 'outbox_message' AND index_name = 'idx_status_id'`).Scan(&idx))
+		require.Equal(t, 2, idx, "the (status, id) index is added")
+
+		require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "2", EventType: "E",
+			Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}, Topic: "t1", PartitionKey: "p"}))
+		c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, c.Messages, 2)
+		require.Empty(t, c.Messages[0].Headers, "written before the column existed")
+		require.Equal(t, map[string]string{"k": "v"}, c.Messages[1].Headers)
+		require.Equal(t, "t1", c.Messages[1].Topic)
+		require.Equal(t, "p", c.Messages[1].PartitionKey)
+	})
+	t.Run("MissingTableIsReported", func(t *testing.T) {
+		t.Parallel()
+		db, _ := openDB(t)
+		s, err := mysqlstore.New(db)
+		require.NoError(t, err)
+		_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
+		require.ErrorIs(t, err, mysqlstore.ErrNoTable)
+		require.NoError(t, s.Migrate(t.Context()))
+		_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
+		require.NoError(t, err, "a failed detection is not cached")
+	})
+	t.Run("TableWithoutContractColumns", func(t *testing.T) {
+		t.Parallel()
+		db, _ := openDB(t)
+		_, err := db.Exec("CREATE TABLE outbox_message (id BIGINT PRIMARY KEY, message_id VARCHAR(64), payload JSON)")
+		require.NoError(t, err)
+		s, err := mysqlstore.New(db)
+		require.NoError(t, err)
+		_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
+		require.ErrorContains(t, err, "lacks contract columns: aggregate_type, aggregate_id, event_type, status")
+	})
+}
+
+func TestWriterTransaction(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := t.Context()
+	w := outbox.NewWriter(s)
+	_, err := db.ExecContext(ctx, "CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, status VARCHAR(16)) ENGINE=InnoDB")
+	require.NoError(t, err)
+
+	for _, commit := range []bool{false, true} {
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		_, err = tx.ExecContext(ctx, "INSERT INTO orders (status) VALUES ('paid')")
+		require.NoError(t, err)
+		require.NoError(t, w.Write(ctx, tx, msg("order", "1"), msg("order", "1")))
+		if commit {
+			require.NoError(t, tx.Commit())
+		} else {
+			require.NoError(t, tx.Rollback())
+		}
+		want := 0
+		if commit {
+			want = 2
+		}
+		require.Equal(t, want, count(t, db, "outbox_message"), "commit=%v", commit)
+		require.Equal(t, want/2, count(t, db, "orders"), "commit=%v", commit)
+	}
+
+	t.Run("DuplicateIsErrDuplicate", func(t *testing.T) {
+		m := msg("order", "2")
+		m.MessageID = "same-id"
+		require.NoError(t, writeFunc(db, s)(ctx, m))
+		require.ErrorIs(t, writeFunc(db, s)(ctx, m), mysqlstore.ErrDuplicate)
+	})
+}
+
+// TestClaimSkipsLockedRows holds row locks in another transaction, as a
+// claim in flight would, and checks that a claim takes the next rows
+// without waiting for them.
+func TestClaimSkipsLockedRows(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		store func(t *testing.T) (*mysqlstore.Store, *sql.DB)
+	}{
+		{"Migrated", func(t *testing.T) (*mysqlstore.Store, *sql.DB) { return newStore(t) }},
+		{"PastedAfterMigrate", func(t *testing.T) (*mysqlstore.Store, *sql.DB) {
+			s, db := pastedStore(t)
+			require.NoError(t, s.Migrate(t.Context()))
+			return s, db
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s, db := c.store(t)
+			ctx := t.Context()
+			ms := make([]*outbox.Message, 10)
+			for i := range ms {
+				ms[i] = msg("order", fmt.Sprint(i))
+			}
+			require.NoError(t, writeFunc(db, s)(ctx, ms...))
+			ids := rowIDs(t, db)
+
+			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+			require.NoError(t, err)
+			defer tx.Rollback() //nolint:errcheck
+			// Through the primary key only: a covering scan of another index
+			// would lock that index's entries of every row.
+			rows, err := tx.QueryContext(ctx, "SELECT id FROM outbox_message FORCE INDEX (PRIMARY) WHERE id IN (?, ?, ?) FOR UPDATE",
+				ids[0], ids[1], ids[2])
+			require.NoError(t, err)
+			rows.Close()
+
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			cl, err := s.Claim(cctx, outbox.ClaimParams{Limit: 3, Lease: time.Hour})
+			require.NoError(t, err, "the claim waited for locked rows")
+			require.Equal(t, ids[3:6], claimedIDs(cl))
+			cl, err = s.Claim(cctx, outbox.ClaimParams{Limit: 3, Lease: time.Hour})
+			require.NoError(t, err)
+			require.Equal(t, ids[6:9], claimedIDs(cl), "the first claim's rows are leased, the locked ones still held")
+			require.NoError(t, tx.Rollback())
+			cl, err = s.Claim(cctx, outbox.ClaimParams{Limit: 10, Lease: time.Hour})
+			require.NoError(t, err)
+			require.Equal(t, append(ids[:3:3], ids[9]), claimedIDs(cl), "released rows are claimable")
+		})
+	}
+}
+
+// TestPastedTableSecondsPrecision runs the lease and the retry time on the
+// pasted table, whose DATETIME columns keep whole seconds.
+func TestPastedTableSecondsPrecision(t *testing.T) {
+	t.Parallel()
+	s, db := pastedStore(t)
+	ctx := t.Context()
+	before := time.Now().Truncate(time.Second)
+	require.NoError(t, writeFunc(db, s)(ctx, msg("a", "1"), msg("a", "2")))
+
+	lease := 2 * time.Second
+	start := time.Now() // before the claim: the lease's end is cut to the second below
+	cl, err := s.Claim(ctx, outbox.ClaimParams{Limit: 1, Lease: lease})
+	require.NoError(t, err)
+	require.Len(t, cl.Messages, 1)
+	m := cl.Messages[0]
+	require.WithinRange(t, m.CreatedAt, before, time.Now().Add(time.Second), "created_at has whole seconds, in UTC")
+	c2, err := s.Claim(ctx, outbox.ClaimParams{Limit: 1, Lease: lease})
+	require.NoError(t, err)
+	require.Len(t, c2.Messages, 1)
+	require.NotEqual(t, m.RowID, c2.Messages[0].RowID, "the leased row is skipped")
+
+	var again *outbox.Claim
+	testsvc.Eventually(t, 10*time.Second, func() bool {
+		again, err = s.Claim(ctx, outbox.ClaimParams{Limit: 1, Lease: time.Hour})
+		require.NoError(t, err)
+		return len(again.Messages) == 1
+	}, "the lease of %v never ended", lease)
+	require.GreaterOrEqual(t, time.Since(start), lease-time.Second, "the lease ended more than its 1 s resolution early")
+	require.Equal(t, m.RowID, again.Messages[0].RowID)
+	require.Equal(t, 2, again.Messages[0].Attempt)
+
+	at := time.Now().Add(time.Hour).Truncate(time.Second).Add(700 * time.Millisecond)
+	require.NoError(t, s.Reschedule(ctx, outbox.RescheduleParams{Retries: []outbox.Retry{{Message: again.Messages[0], At: at, Err: "later"}}}))
+	var next time.Time
+	require.NoError(t, db.QueryRow("SELECT next_retry_at FROM outbox_message WHERE id = ?", m.RowID).Scan(&next))
+	require.WithinDuration(t, at, next, time.Second, "next_retry_at keeps the seconds")
+}
+
+// TestSessionTimeZone runs the store on sessions in other time zones, with
+// the driver's loc set to match or not: leases, retries and ages must not
+// move by the zone's offset.
+func TestSessionTimeZone(t *testing.T) {
+	t.Parallel()
+	for _, params := range []string{
+		"time_zone=%27-07:00%27",
+		"time_zone=%27%2B09:30%27&loc=Local",
+	} {
+		t.Run(params, func(t *testing.T) {
+			t.Parallel()
+			_, dsn := openDB(t)
+			db, err := mysqlstore.Open(dsn + "&" + params)
+			require.NoError(t, err)
+			t.Cleanup(func() { db.Close() })
+			s, err := mysqlstore.New(db)
+			require.NoError(t, err)
+			ctx := t.Context()
+			require.NoError(t, s.Migrate(ctx))
+			require.NoError(t, writeFunc(db, s)(ctx, msg("a", "1"), msg("a", "2")))
+
+			cl, err := s.Claim(ctx, outbox.ClaimParams{Limit: 1, Lease: time.Hour})
+			require.NoError(t, err)
+			require.Len(t, cl.Messages, 1)
+			require.WithinDuration(t, time.Now(), cl.Messages[0].CreatedAt, 5*time.Second)
+			// An hour's lease in a -07:00 session must not look expired.
+			cl2, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Hour})
+			require.NoError(t, err)
+			require.Len(t, cl2.Messages, 1, "only the second row")
+
+			require.NoError(t, s.Reschedule(ctx, outbox.RescheduleParams{Retries: []outbox.Retry{
+				{Message: cl.Messages[0], At: time.Now().Add(-time.Second)},
+				{Message: cl2.Messages[0], At: time.Now().Add(30 * time.Minute)},
+			}}))
+			cl3, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Hour})
+			require.NoError(t, err)
+			require.Equal(t, claimedIDs(cl)[:1], claimedIDs(cl3), "the row due a second ago, not the one due in 30 minutes")
+
+			require.Equal(t, 1, ack(t, s, cl3.Messages...))
+			st, err := s.Stats(ctx)
+			require.NoError(t, err)
+			require.EqualValues(t, 1, st.SentLastMinute)
+			require.Less(t, st.OldestPending, time.Minute)
+		})
+	}
+}
+
+// TestMalformedRows plants rows that a hand-made LONGTEXT table can hold and
+// a JSON column cannot.
+func TestMalformedRows(t *testing.T) {
+	t.Parallel()
+	db, _ := openDB(t)
+	ctx := t.Context()
+	_, err := db.ExecContext(ctx, `CREATE TABLE outbox_message (
+		id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, message_id VARCHAR(64), aggregate_type VARCHAR(64),
+		aggregate_id VARCHAR(64), event_type VARCHAR(64), payload LONGTEXT, headers LONGBLOB, topic VARBINARY(255),
+		status TINYINT NOT NULL DEFAULT 0, retry_count INT NOT NULL DEFAULT 0, next_retry_at DATETIME NULL,
+		created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP
+	) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`)
+	require.NoError(t, err)
+	s, err := mysqlstore.New(db)
+	require.NoError(t, err)
+
+	cases := []struct {
+		name                   string
+		aggID, payload, header any
+		topic                  any
+		wantErr                string
+	}{
+		{"Good", "1", `{"a":1}`, `{"k":"v"}`, "t", ""},
+		{"PayloadNotJSON", "1", `{"a":`, nil, nil, "payload is not valid JSON"},
+		{"PayloadEmpty", "1", ``, nil, nil, "payload is not valid JSON"},
+		{"AggregateIDEmpty", "", `{}`, nil, nil, "aggregate_id is empty"},
+		{"HeadersNotJSON", "1", `{}`, `k=v`, nil, "headers are not a JSON object of strings"},
+		{"HeadersNotUTF8", "1", `{}`, []byte("{\"k\":\"\xff\"}"), nil, "headers is not valid UTF-8"},
+		{"TopicNotUTF8", "1", `{}`, nil, []byte("\xc3"), "topic is not valid UTF-8"},
+	}
+	names := map[int64]string{}
+	for _, c := range cases {
+		res, err := db.ExecContext(ctx, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload, headers, topic)
+			VALUES (?, 'a', ?, 'E', ?, ?, ?)`, c.name, c.aggID, c.payload, c.header, c.topic)
+		require.NoError(t, err)
+		id, err := res.LastInsertId()
+		require.NoError(t, err)
+		names[id] = c.name
+	}
+	cl, err := s.Claim(ctx, outbox.ClaimParams{Limit: 100, Lease: time.Minute})
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, m := range cl.Messages {
+		got[names[m.RowID]] = ""
+	}
+	for _, mr := range cl.Malformed {
+		require.Equal(t, 1, mr.Message.Attempt)
+		got[names[mr.Message.RowID]] = mr.Err.Error()
+	}
+	for _, c := range cases {
+		e, ok := got[c.name]
+		require.True(t, ok, "%s not claimed", c.name)
+		if c.wantErr == "" {
+			require.Empty(t, e, c.name)
+		} else {
+			require.Contains(t, e, c.wantErr, c.name)
+		}
+	}
+	require.Equal(t, "Good", names[cl.Messages[0].RowID])
+	require.Equal(t, map[string]string{"k": "v"}, cl.Messages[0].Headers)
+	require.Equal(t, "t", cl.Messages[0].Topic)
+}
+
+func TestLargeBatches(t *testing.T) {
+	t.Parallel()
+	const n = 345 // several statements' worth for insert, claim, ack, reschedule and kill
+	s, db := newStore(t, mysqlstore.WithChunkRows(100))
+	ctx := t.Context()
+	msgs := make([]*outbox.Message, n)
+	for i := range msgs {
+		msgs[i] = msg("order", fmt.Sprint(i))
+		msgs[i].Headers = map[string]string{"i": fmt.Sprint(i)}
+	}
+	require.NoError(t, writeFunc(db, s)(ctx, msgs...))
+	require.Equal(t, n, count(t, db, "outbox_message"))
+
+	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: n, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, c.Messages, n)
+	require.Equal(t, n, count(t, db, "outbox_message WHERE retry_count = 1"), "every claimed row leased")
+	for i, m := range c.Messages {
+		require.Equal(t, fmt.Sprint(i), m.AggregateID)
+		require.Equal(t, fmt.Sprint(i), m.Headers["i"])
+	}
+	third := n / 3
+	var retries []outbox.Retry
+	for _, m := range c.Messages[third : 2*third] {
+		retries = append(retries, outbox.Retry{Message: m, At: time.Now().Add(time.Hour), Err: "later"})
+	}
+	var dead []outbox.Dead
+	for _, m := range c.Messages[2*third:] {
+		dead = append(dead, outbox.Dead{Message: m, Reason: "poison"})
+	}
+	// In reverse, to check that the store sorts what it locks.
+	acks := append([]*outbox.Message(nil), c.Messages[:third]...)
+	for i, j := 0, len(acks)-1; i < j; i, j = i+1, j-1 {
+		acks[i], acks[j] = acks[j], acks[i]
+	}
+	require.Equal(t, third, ack(t, s, acks...))
+	require.NoError(t, s.Reschedule(ctx, outbox.RescheduleParams{Retries: retries, Refund: true}))
+	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: dead}))
+
+	st, err := s.Stats(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, third, st.SentLastMinute)
+	require.EqualValues(t, len(retries), st.Pending)
+	require.EqualValues(t, len(dead), st.Dead)
+	require.Equal(t, len(retries), count(t, db, "outbox_message WHERE retry_count = 0 AND last_error = 'later'"))
+}
+
+// TestLastError: error texts from brokers may be long or not UTF-8; a utf8mb4
+// column in strict mode would refuse the latter and fail the whole batch.
+func TestLastError(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := t.Context()
+	require.NoError(t, writeFunc(db, s)(ctx, msg("a", "1"), msg("a", "2"), msg("a", "3")))
+	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 3, Lease: time.Hour})
+	require.NoError(t, err)
+	long := strings.Repeat("é", mysqlstore.MaxErrorLength) // 2 bytes each
+	require.NoError(t, s.Reschedule(ctx, outbox.RescheduleParams{Retries: []outbox.Retry{
+		{Message: c.Messages[0], At: time.Now(), Err: "short"}, // a short first row must not narrow the column
+		{Message: c.Messages[1], At: time.Now(), Err: long},
+	}}))
+	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: []outbox.Dead{
+		{Message: c.Messages[2], Reason: "bad \xff byte"},
+	}}))
+	lastErr := func(id int64) string {
+		var e string
+		require.NoError(t, db.QueryRow("SELECT last_error FROM outbox_message WHERE id = ?", id).Scan(&e))
+		return e
+	}
+	require.Equal(t, "short", lastErr(c.Messages[0].RowID))
+	require.Equal(t, strings.Repeat("é", mysqlstore.MaxErrorLength/2), lastErr(c.Messages[1].RowID))
+	require.Equal(t, "bad \uFFFD byte", lastErr(c.Messages[2].RowID))
+}
+
+func msg(aggType, aggID string) *outbox.Message {
+	return &outbox.Message{AggregateType: aggType, AggregateID: aggID, EventType: "E", Payload: []byte(`{"x":1}`)}
+}
+
+func ack(t *testing.T, s *mysqlstore.Store, msgs ...*outbox.Message) int {
+	t.Helper()
+	n, err := s.Ack(t.Context(), outbox.AckParams{Messages: msgs})
+	require.NoError(t, err)
+	return n
+}
+
+func count(t *testing.T, db *sql.DB, from string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM "+from).Scan(&n))
+	return n
+}
+
+func rowIDs(t *testing.T, db *sql.DB) []int64 {
+	t.Helper()
+	rows, err := db.Query("SELECT id FROM outbox_message ORDER BY id")
+	require.NoError(t, err)
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(t, rows.Err())
+	return ids
+}
+
+func claimedIDs(c *outbox.Claim) []int64 {
+	ids := make([]int64, len(c.Messages))
+	for i, m := range c.Messages {
+		ids[i] = m.RowID
+	}
+	return ids
+}
+
+func columnTypes(t *testing.T, db *sql.DB, table string) map[string]string {
+	t.Helper()
+	rows, err := db.Query(`SELECT column_name, data_type FROM information_schema.columns
+		WHERE table_schema = DATABASE() AND table_name = ?`, table)
+	require.NoError(t, err)
+	defer rows.Close()
+	cols := map[string]string{}
+	for rows.Next() {
+		var c, typ string
+		require.NoError(t, rows.Scan(&c, &typ))
+		cols[strings.ToLower(c)] = strings.ToLower(typ)
+	}
+	require.NoError(t, rows.Err())
+	return cols
+}

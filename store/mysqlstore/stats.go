@@ -1,0 +1,41 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/outboxkit/outbox"
+)
+
+// Stats reports the table's backlog in one read-only statement: pending rows
+// (leased ones included) and the age of the oldest, dead rows, and rows
+// acknowledged in the last minute and hour (by updated_at, so only while
+// sent rows are kept). Ages are measured against the database's UTC clock.
+// The counts go through the status indexes; the oldest pending age and the
+// sent counts read the rows they count, so on a large table call it at most
+// every few seconds.
+func (s *Store) Stats(ctx context.Context) (*outbox.Stats, error) {
+	if _, err := s.tableInfo(ctx, s.db); err != nil {
+		return nil, fmt.Errorf("mysqlstore: stats: %w", err)
+	}
+	t := s.table.quoted()
+	q := "SELECT" +
+		" (SELECT COUNT(*) FROM " + t + " WHERE status = 0)," +
+		" (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) FROM " + t + " WHERE status = 0)," +
+		" (SELECT COUNT(*) FROM " + t + " WHERE status = 2)," +
+		" (SELECT COUNT(*) FROM " + t + " WHERE status = 1 AND updated_at >= UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE)," +
+		" (SELECT COUNT(*) FROM " + t + " WHERE status = 1 AND updated_at >= UTC_TIMESTAMP(6) - INTERVAL 1 HOUR)"
+	var (
+		st     outbox.Stats
+		oldest sql.NullInt64
+	)
+	if err := s.db.QueryRowContext(ctx, q).Scan(&st.Pending, &oldest, &st.Dead, &st.SentLastMinute, &st.SentLastHour); err != nil {
+		return nil, fmt.Errorf("mysqlstore: stats: %w", err)
+	}
+	if oldest.Valid {
+		st.OldestPending = max(0, time.Duration(oldest.Int64)*time.Microsecond)
+	}
+	return &st, nil
+}

@@ -1,0 +1,352 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/outboxkit/outbox"
+)
+
+// DefaultTable is the table a Store uses unless [WithTable] says otherwise.
+const DefaultTable = "outbox_message"
+
+// Compile-time checks that Store implements the interfaces the relay, the
+// Writer and the CLI look for.
+var (
+	_ outbox.Store               = (*Store)(nil)
+	_ outbox.Migrator            = (*Store)(nil)
+	_ outbox.Pinger              = (*Store)(nil)
+	_ outbox.Admin               = (*Store)(nil)
+	_ outbox.TxInserter[*sql.Tx] = (*Store)(nil)
+)
+
+// ErrDuplicate is matched (errors.Is) by the error InsertTx returns when a
+// message's MessageID is already in the table.
+var ErrDuplicate = outbox.ErrDuplicate
+
+// ErrNoTable is matched (errors.Is) by the error the Store's methods return
+// when the outbox table does not exist: run [Store.Migrate] or create it.
+var ErrNoTable = errors.New("mysqlstore: outbox table not found")
+
+// Store is an [outbox.Store] on a MySQL 8 or MariaDB 10.6+ table (InnoDB)
+// through database/sql and github.com/go-sql-driver/mysql. It wraps a
+// *sql.DB the caller opened (preferably with [Open] or [DSN]) and never
+// closes it.
+//
+// It claims in a short READ COMMITTED transaction (SELECT ... FOR UPDATE SKIP
+// LOCKED, then one UPDATE that counts the attempt and sets the lease), and
+// acknowledges, reschedules and kills a batch with one statement per 1,000
+// messages, fenced by the attempt. It works on a table created by
+// [Store.Migrate] and on one with only the contract columns; it finds out
+// which columns and indexes the table has on first use and remembers it.
+//
+// A Store is safe for concurrent use, and any number of Stores, in one
+// process or many, may share a table.
+type Store struct {
+	db    *sql.DB
+	table table
+	chunk int // messages per statement
+
+	mu          sync.Mutex
+	info        *tableInfo // detected once; nil until then, reset by Migrate
+	archiveCols string     // columns Archive moves, once it made sure of its table
+}
+
+// Option configures a [Store].
+type Option func(*config)
+
+type config struct {
+	table     string
+	chunkRows int
+}
+
+// chunkRows is how many messages one INSERT, claim UPDATE, Ack, Reschedule
+// or Kill statement covers; a larger batch runs as several statements. A
+// statement may carry at most 65,535 placeholders.
+const chunkRows = 1000
+
+func defaultConfig() config { return config{table: DefaultTable, chunkRows: chunkRows} }
+
+// WithTable sets the outbox table: a name ("outbox_message") or one
+// qualified by its database ("shop.outbox_message"). Each part must be a
+// letter or underscore followed by up to 63 letters, digits or underscores;
+// anything else is rejected by [New], so no SQL can ride in on a table name.
+// An unqualified name is in the connection's current database. Default:
+// DefaultTable ("outbox_message").
+func WithTable(name string) Option { return func(c *config) { c.table = name } }
+
+// withChunkRows sets how many messages one statement covers (tests use it to
+// cross statement boundaries with small batches).
+func withChunkRows(n int) Option { return func(c *config) { c.chunkRows = n } }
+
+// New returns a Store on db. It checks the options but does not touch the
+// database: call [Store.Migrate] to create the table, or point the Store at
+// an existing one. It returns an error naming every invalid option, and
+// panics if db is nil, a programmer error.
+func New(db *sql.DB, opts ...Option) (*Store, error) {
+	if db == nil {
+		panic("mysqlstore: New with a nil *sql.DB")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	var errs []error
+	t, err := parseTable(cfg.table)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("WithTable: %w", err))
+	}
+	if cfg.chunkRows < 1 || cfg.chunkRows > 5000 {
+		errs = append(errs, fmt.Errorf("chunk of %d rows is not between 1 and 5000", cfg.chunkRows))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("mysqlstore: new store: %w", err)
+	}
+	return &Store{db: db, table: t, chunk: cfg.chunkRows}, nil
+}
+
+// Table returns the name of the outbox table as given to [WithTable].
+func (s *Store) Table() string { return s.table.raw }
+
+// Ping checks that the database can be reached.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("mysqlstore: ping: %w", err)
+	}
+	return nil
+}
+
+// table is a validated table name, kept raw and split.
+type table struct {
+	raw    string
+	schema string // the database; "" for the connection's current one
+	name   string
+}
+
+var identPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+func parseTable(raw string) (table, error) {
+	parts := strings.Split(raw, ".")
+	if len(parts) > 2 {
+		return table{}, fmt.Errorf("table name %q has more than one dot", raw)
+	}
+	for _, p := range parts {
+		if !identPattern.MatchString(p) {
+			return table{}, fmt.Errorf("table name %q: %q is not a letter or underscore followed by up to 63 letters, digits or underscores", raw, p)
+		}
+	}
+	t := table{raw: raw, name: parts[len(parts)-1]}
+	if len(parts) == 2 {
+		t.schema = parts[0]
+	}
+	return t, nil
+}
+
+// quoteIdent quotes one identifier with backticks.
+func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+
+// quoted is the table as it goes into SQL.
+func (t table) quoted() string {
+	if t.schema == "" {
+		return quoteIdent(t.name)
+	}
+	return quoteIdent(t.schema) + "." + quoteIdent(t.name)
+}
+
+// schemaArg is the table's database as a query argument: NULL for the
+// current one (the queries read it as COALESCE(?, DATABASE())).
+func (t table) schemaArg() any {
+	if t.schema == "" {
+		return nil
+	}
+	return t.schema
+}
+
+// contractColumns are the columns every outbox table has (shared/DESIGN.md).
+var contractColumns = []string{
+	"id", "message_id", "aggregate_type", "aggregate_id", "event_type", "payload",
+	"status", "retry_count", "next_retry_at", "created_at", "updated_at",
+}
+
+// tableInfo is what the Store knows of its table.
+type tableInfo struct {
+	headers, topic, partitionKey, lastError bool
+	// claimIndex is an index whose leading columns are (status, id), which
+	// the claim forces so that it walks pending rows in id order and locks
+	// only what it takes; "" when the table has none.
+	claimIndex string
+}
+
+// queryer is a *sql.DB, *sql.Conn or *sql.Tx.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// tableInfo returns what the table has, detecting it on first use through q
+// (the caller's transaction when there is one, so that a pool of one
+// connection cannot deadlock).
+func (s *Store) tableInfo(ctx context.Context, q queryer) (tableInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.info != nil {
+		return *s.info, nil
+	}
+	cols, err := tableColumns(ctx, q, s.table)
+	if err != nil {
+		return tableInfo{}, err
+	}
+	if len(cols) == 0 {
+		return tableInfo{}, fmt.Errorf("%w: %s", ErrNoTable, s.table.raw)
+	}
+	var missing []string
+	for _, c := range contractColumns {
+		if !cols[c] {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		return tableInfo{}, fmt.Errorf("table %s lacks contract columns: %s", s.table.raw, strings.Join(missing, ", "))
+	}
+	info := tableInfo{
+		headers:      cols["headers"],
+		topic:        cols["topic"],
+		partitionKey: cols["partition_key"],
+		lastError:    cols["last_error"],
+	}
+	if info.claimIndex, err = claimIndex(ctx, q, s.table); err != nil {
+		return tableInfo{}, err
+	}
+	s.info = &info
+	return info, nil
+}
+
+// forget drops what the Store knows of the table (after a migration).
+func (s *Store) forget() {
+	s.mu.Lock()
+	s.info, s.archiveCols = nil, ""
+	s.mu.Unlock()
+}
+
+// tableColumns returns the lower-cased column names of t; none when t does not exist.
+func tableColumns(ctx context.Context, q queryer, t table) (map[string]bool, error) {
+	rows, err := q.QueryContext(ctx, `SELECT column_name FROM information_schema.columns
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, t.schemaArg(), t.name)
+	if err != nil {
+		return nil, fmt.Errorf("read columns of %s: %w", t.raw, err)
+	}
+	defer rows.Close()
+	cols := map[string]bool{}
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, fmt.Errorf("read columns of %s: %w", t.raw, err)
+		}
+		cols[strings.ToLower(c)] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read columns of %s: %w", t.raw, err)
+	}
+	return cols, nil
+}
+
+// claimIndex returns the name of an index of t whose first two columns are
+// status and id, or "" when there is none.
+func claimIndex(ctx context.Context, q queryer, t table) (string, error) {
+	rows, err := q.QueryContext(ctx, `SELECT index_name, seq_in_index, column_name FROM information_schema.statistics
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND seq_in_index <= 2`, t.schemaArg(), t.name)
+	if err != nil {
+		return "", fmt.Errorf("read indexes of %s: %w", t.raw, err)
+	}
+	defer rows.Close()
+	lead := map[string][2]string{}
+	for rows.Next() {
+		var name, col string
+		var seq int
+		if err := rows.Scan(&name, &seq, &col); err != nil {
+			return "", fmt.Errorf("read indexes of %s: %w", t.raw, err)
+		}
+		l := lead[name]
+		l[seq-1] = strings.ToLower(col)
+		lead[name] = l
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("read indexes of %s: %w", t.raw, err)
+	}
+	var found []string
+	for name, l := range lead {
+		if l == [2]string{"status", "id"} {
+			found = append(found, name)
+		}
+	}
+	if len(found) == 0 {
+		return "", nil
+	}
+	sort.Strings(found)
+	return found[0], nil
+}
+
+// timeLayout is how the Store writes DATETIME values: UTC, with microseconds
+// (a DATETIME column without a fraction keeps the seconds).
+const timeLayout = "2006-01-02 15:04:05.000000"
+
+func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+// parseTime reads a DATETIME scanned into an any: a time.Time when the DSN
+// has parseTime=true (its wall clock is taken as UTC, whatever the DSN's
+// loc), or the text otherwise. ok is false for NULL and for what it cannot read.
+func parseTime(v any) (time.Time, bool) {
+	switch v := v.(type) {
+	case time.Time:
+		return time.Date(v.Year(), v.Month(), v.Day(), v.Hour(), v.Minute(), v.Second(), v.Nanosecond(), time.UTC), true
+	case []byte:
+		return parseTimeText(string(v))
+	case string:
+		return parseTimeText(v)
+	}
+	return time.Time{}, false
+}
+
+func parseTimeText(s string) (time.Time, bool) {
+	for _, l := range []string{"2006-01-02 15:04:05.999999999", "2006-01-02"} {
+		if t, err := time.Parse(l, s); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// MySQL error numbers the Store translates or retries.
+const (
+	errDupEntry = 1062 // ER_DUP_ENTRY
+	errDeadlock = 1213 // ER_LOCK_DEADLOCK
+)
+
+func isMySQLError(err error, number uint16) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == number
+}
+
+// deadlockRetries is how many times a statement InnoDB rolled back to break
+// a deadlock is tried again.
+const deadlockRetries = 3
+
+// retryDeadlock runs f again when InnoDB chose it as a deadlock victim (its
+// work was rolled back, so running it again is safe).
+func retryDeadlock(ctx context.Context, f func() error) error {
+	var err error
+	for range deadlockRetries + 1 {
+		if err = f(); err == nil || !isMySQLError(err, errDeadlock) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}

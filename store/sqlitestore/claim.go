@@ -1,0 +1,285 @@
+package sqlitestore
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/outboxkit/outbox"
+)
+
+// Claim takes up to p.Limit due pending rows in id order, counts the attempt
+// (retry_count + 1, returned as Message.Attempt) and leases them until now +
+// p.Lease, in one UPDATE ... RETURNING inside one write transaction. The
+// statement writes first, so the transaction holds SQLite's write lock from
+// its first step (as BEGIN IMMEDIATE does) and concurrent claimers, in this
+// process or others, wait for each other under busy_timeout instead of
+// sharing rows.
+//
+// A row is due when next_retry_at is NULL, not later than now, or not a time
+// SQLite can read (so that a row with a garbled time is retried, not stuck).
+// With p.Ordered only the head of each aggregate is claimed: a row none of
+// whose earlier rows (same aggregate_type and aggregate_id) is pending, or
+// dead when p.BlockOnDead. Rows that cannot be decoded come back in
+// Claim.Malformed.
+func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
+	if p.Limit < 1 {
+		return nil, fmt.Errorf("sqlitestore: claim: limit %d is less than 1", p.Limit)
+	}
+	if p.Lease <= 0 {
+		return nil, fmt.Errorf("sqlitestore: claim: lease %v is not positive", p.Lease)
+	}
+	cols, err := s.columns(ctx, s.db)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
+	}
+	q, sel := s.claimSQL(cols, p)
+	var c *outbox.Claim
+	err = s.write(ctx, func() error {
+		c, err = s.claimOnce(ctx, q, sel, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
+	}
+	// RETURNING gives rows in no defined order.
+	slices.SortFunc(c.Messages, func(a, b *outbox.Message) int { return cmp.Compare(a.RowID, b.RowID) })
+	slices.SortFunc(c.Malformed, func(a, b outbox.MalformedRow) int { return cmp.Compare(a.Message.RowID, b.Message.RowID) })
+	return c, nil
+}
+
+// claimOnce runs the claim statement q in its own transaction.
+func (s *Store) claimOnce(ctx context.Context, q string, sel []string, p outbox.ClaimParams) (*outbox.Claim, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+
+	now := time.Now()
+	rows, err := tx.QueryContext(ctx, q, formatTime(now.Add(p.Lease)), formatTime(now), p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	c := &outbox.Claim{}
+	for rows.Next() {
+		vals := make([]any, len(sel))
+		ptrs := make([]any, len(sel))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, fmt.Errorf("scan: %w", err)
+		}
+		m, err := decodeRow(sel, vals)
+		if err != nil {
+			c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: m, Err: err})
+			continue
+		}
+		c.Messages = append(c.Messages, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return c, nil
+}
+
+// The columns a claim returns, in this order; the optional ones only when the
+// table has them.
+const (
+	colID            = "id"
+	colRetryCount    = "retry_count"
+	colMessageID     = "message_id"
+	colAggregateType = "aggregate_type"
+	colAggregateID   = "aggregate_id"
+	colEventType     = "event_type"
+	colPayload       = "payload"
+	colCreatedAt     = "created_at"
+	colHeaders       = "headers"
+	colTopic         = "topic"
+	colPartitionKey  = "partition_key"
+)
+
+func selectColumns(cols columns) []string {
+	sel := []string{colID, colRetryCount, colMessageID, colAggregateType, colAggregateID, colEventType, colPayload, colCreatedAt}
+	if cols.headers {
+		sel = append(sel, colHeaders)
+	}
+	if cols.topic {
+		sel = append(sel, colTopic)
+	}
+	if cols.partitionKey {
+		sel = append(sel, colPartitionKey)
+	}
+	return sel
+}
+
+// claimSQL builds the claim statement; its parameters are the lease's end,
+// now, and the limit.
+func (s *Store) claimSQL(cols columns, p outbox.ClaimParams) (string, []string) {
+	t := s.table.quoted()
+	sel := selectColumns(cols)
+	var b strings.Builder
+	b.WriteString("UPDATE " + t + " SET retry_count = COALESCE(retry_count, 0) + 1, next_retry_at = ?1, updated_at = ?2")
+	b.WriteString(" WHERE id IN (SELECT c.id FROM " + t + " AS c")
+	if cols.pendingIndex {
+		// Left to itself the planner prefers the covering (status,
+		// next_retry_at) index and sorts every pending row by id.
+		b.WriteString(" INDEXED BY " + quoteIdent(s.table.pendingIndex()))
+	}
+	b.WriteString(" WHERE c.status = 0 AND COALESCE(julianday(c.next_retry_at, 'auto'), 0) <= julianday(?2)")
+	if p.Ordered {
+		blocking := "0"
+		if p.BlockOnDead {
+			blocking = "0, 2"
+		}
+		b.WriteString(" AND NOT EXISTS (SELECT 1 FROM " + t + " AS h WHERE h.aggregate_type = c.aggregate_type" +
+			" AND h.aggregate_id = c.aggregate_id AND h.id < c.id AND h.status IN (" + blocking + "))")
+	}
+	b.WriteString(" ORDER BY c.id LIMIT ?3) RETURNING " + strings.Join(sel, ", "))
+	return b.String(), sel
+}
+
+// decodeRow turns a claimed row into a Message. On failure it returns the
+// Message with what could be read (always RowID and Attempt) and an error
+// naming every bad column.
+func decodeRow(sel []string, vals []any) (*outbox.Message, error) {
+	m := &outbox.Message{}
+	var errs []error
+	for i, col := range sel {
+		v := vals[i]
+		switch col {
+		case colID:
+			m.RowID, _ = v.(int64)
+		case colRetryCount:
+			n, _ := v.(int64)
+			m.Attempt = int(n)
+		case colMessageID:
+			m.MessageID = required(col, v, &errs)
+		case colAggregateType:
+			m.AggregateType = required(col, v, &errs)
+		case colAggregateID:
+			m.AggregateID = required(col, v, &errs)
+		case colEventType:
+			m.EventType = required(col, v, &errs)
+		case colTopic:
+			m.Topic = optional(col, v, &errs)
+		case colPartitionKey:
+			m.PartitionKey = optional(col, v, &errs)
+		case colCreatedAt:
+			m.CreatedAt, _ = parseTime(v) // only for latency; zero when unreadable
+		case colPayload:
+			p, err := payload(v)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			m.Payload = p
+		case colHeaders:
+			h, err := headers(v)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			m.Headers = h
+		}
+	}
+	return m, errors.Join(errs...)
+}
+
+// text reads a text column scanned into an any. ok is false for NULL.
+func text(v any) (s string, ok bool, err error) {
+	switch v := v.(type) {
+	case nil:
+		return "", false, nil
+	case string:
+		s = v
+	case []byte:
+		s = string(v)
+	case int64: // a number in a column without TEXT affinity
+		return strconv.FormatInt(v, 10), true, nil
+	case float64:
+		return strconv.FormatFloat(v, 'g', -1, 64), true, nil
+	default:
+		return "", true, fmt.Errorf("is a %T, not text", v)
+	}
+	if !utf8.ValidString(s) {
+		return s, true, errors.New("is not valid UTF-8")
+	}
+	return s, true, nil
+}
+
+func required(col string, v any, errs *[]error) string {
+	s, ok, err := text(v)
+	switch {
+	case err != nil:
+		*errs = append(*errs, fmt.Errorf("%s %w", col, err))
+	case !ok:
+		*errs = append(*errs, fmt.Errorf("%s is NULL", col))
+	case s == "":
+		*errs = append(*errs, fmt.Errorf("%s is empty", col))
+	}
+	return s
+}
+
+func optional(col string, v any, errs *[]error) string {
+	s, _, err := text(v)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s %w", col, err))
+	}
+	return s
+}
+
+func payload(v any) (json.RawMessage, error) {
+	var b []byte
+	switch v := v.(type) {
+	case nil:
+		return nil, errors.New("payload is NULL")
+	case string:
+		b = []byte(v)
+	case []byte:
+		b = v
+	case int64, float64: // a JSON number stored as a number
+		s, _, _ := text(v)
+		b = []byte(s)
+	default:
+		return nil, fmt.Errorf("payload is a %T", v)
+	}
+	switch {
+	case !utf8.Valid(b):
+		return b, errors.New("payload is not valid UTF-8")
+	case !json.Valid(b):
+		return b, errors.New("payload is not valid JSON")
+	}
+	return b, nil
+}
+
+func headers(v any) (map[string]string, error) {
+	s, ok, err := text(v)
+	if err != nil {
+		return nil, fmt.Errorf("headers %w", err)
+	}
+	if !ok || s == "" {
+		return nil, nil
+	}
+	var h map[string]string
+	if err := json.Unmarshal([]byte(s), &h); err != nil {
+		return nil, fmt.Errorf("headers are not a JSON object of strings: %w", err)
+	}
+	if len(h) == 0 {
+		return nil, nil
+	}
+	return h, nil
+}

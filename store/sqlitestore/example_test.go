@@ -1,0 +1,111 @@
+package sqlitestore_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/outboxtest"
+	"github.com/outboxkit/outbox/store/sqlitestore"
+)
+
+// A service marks an order paid and records the event in the same
+// transaction; a relay then publishes it.
+func Example() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "outbox-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+
+	db, err := sqlitestore.Open(filepath.Join(dir, "shop.db"))
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	store, err := sqlitestore.New(db)
+	if err != nil {
+		panic(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		panic(err)
+	}
+	if _, err := db.ExecContext(ctx, "CREATE TABLE orders (id TEXT PRIMARY KEY, status TEXT)"); err != nil {
+		panic(err)
+	}
+
+	// The business change and its message commit together.
+	w := outbox.NewWriter(store)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO orders (id, status) VALUES ('o-42', 'paid')"); err != nil {
+		panic(err)
+	}
+	err = w.Write(ctx, tx, &outbox.Message{
+		AggregateType: "order",
+		AggregateID:   "o-42",
+		EventType:     "ORDER_PAID",
+		Payload:       []byte(`{"order":"o-42","amount":12.5}`),
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := tx.Commit(); err != nil {
+		panic(err)
+	}
+
+	// A relay publishes what committed.
+	pub := outboxtest.NewPublisher()
+	relay, err := outbox.NewRelay(store, pub)
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := outboxtest.FlushAndWait(ctx, relay, store); err != nil {
+		panic(err)
+	}
+	for _, m := range pub.Messages() {
+		fmt.Println(m.EventType, m.AggregateID, string(m.Payload))
+	}
+	st, err := store.Stats(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("pending:", st.Pending, "sent in the last minute:", st.SentLastMinute)
+	// Output:
+	// ORDER_PAID o-42 {"order":"o-42","amount":12.5}
+	// pending: 0 sent in the last minute: 1
+}
+
+// A store on a table of another name, checked and quoted by New.
+func ExampleWithTable() {
+	dir, err := os.MkdirTemp("", "outbox-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sqlitestore.Open(filepath.Join(dir, "shop.db"))
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+
+	if _, err := sqlitestore.New(db, sqlitestore.WithTable("events; DROP TABLE orders")); err != nil {
+		fmt.Println("rejected")
+	}
+	store, err := sqlitestore.New(db, sqlitestore.WithTable("billing_outbox"))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(store.Table())
+	// Output:
+	// rejected
+	// billing_outbox
+}

@@ -1,0 +1,599 @@
+package sqlitestore_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/sqlitestore"
+	"github.com/outboxkit/outbox/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(childEnv); path != "" {
+		os.Exit(runChildClaimer(path))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// contractDDL is a table as a team might have made it by hand before
+// adopting the library: only the contract columns, DATETIME columns with
+// CURRENT_TIMESTAMP defaults, a JSON-typed payload (NUMERIC affinity in
+// SQLite), and NULLs allowed where storetest plants malformed rows.
+const contractDDL = `
+CREATE TABLE %[1]s (
+    id             INTEGER PRIMARY KEY AUTOINCREMENT,
+    message_id     VARCHAR(64) UNIQUE,
+    aggregate_type VARCHAR(64),
+    aggregate_id   VARCHAR(64),
+    event_type     VARCHAR(64),
+    payload        JSON,
+    status         SMALLINT NOT NULL DEFAULT 0,
+    retry_count    INT      NOT NULL DEFAULT 0,
+    next_retry_at  DATETIME NULL,
+    created_at     DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    updated_at     DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP
+);
+CREATE INDEX %[1]s_status_next_retry ON %[1]s (status, next_retry_at);
+CREATE INDEX %[1]s_aggregate ON %[1]s (aggregate_type, aggregate_id);`
+
+// openDB opens a fresh database file for t with Open's settings.
+func openDB(t *testing.T) (*sql.DB, string) {
+	t.Helper()
+	path := testsvc.SQLitePath(t)
+	db, err := sqlitestore.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	return db, path
+}
+
+// newStore returns a migrated store on a fresh file.
+func newStore(t *testing.T, opts ...sqlitestore.Option) (*sqlitestore.Store, *sql.DB) {
+	t.Helper()
+	db, _ := openDB(t)
+	s, err := sqlitestore.New(db, opts...)
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(t.Context()))
+	return s, db
+}
+
+// writeFunc writes through the store's Writer path in one committed transaction.
+func writeFunc(db *sql.DB, s *sqlitestore.Store) func(ctx context.Context, msgs ...*outbox.Message) error {
+	w := outbox.NewWriter(s)
+	return func(ctx context.Context, msgs ...*outbox.Message) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := w.Write(ctx, tx, msgs...); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
+}
+
+func sqliteTime(tm time.Time) any { return tm.UTC().Format("2006-01-02 15:04:05.000000") }
+
+func TestStore(t *testing.T) {
+	storetest.Run(t, storetest.Harness{
+		Dialect: storetest.SQLite,
+		New: func(t *testing.T) *storetest.Fixture {
+			s, db := newStore(t)
+			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: s.Table()}
+		},
+		ContractOnly: func(t *testing.T) *storetest.Fixture {
+			db, _ := openDB(t)
+			_, err := db.ExecContext(t.Context(), fmt.Sprintf(contractDDL, "legacy_outbox"))
+			require.NoError(t, err)
+			s, err := sqlitestore.New(db, sqlitestore.WithTable("legacy_outbox"))
+			require.NoError(t, err)
+			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: "legacy_outbox"}
+		},
+		InvalidJSON: true,
+		Time:        sqliteTime,
+	})
+}
+
+// TestQualifiedTable goes through every statement on a schema-qualified,
+// mixed-case table name that is not the default.
+func TestQualifiedTable(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t, sqlitestore.WithTable("main.Events_Outbox_2"))
+	ctx := t.Context()
+	require.NoError(t, s.Migrate(ctx), "twice")
+	require.NoError(t, writeFunc(db, s)(ctx, msg("a", "1"), msg("a", "1"), msg("b", "1"), msg("c", "1")))
+	require.Equal(t, 4, count(t, db, `main."Events_Outbox_2"`))
+
+	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Hour, Ordered: true, BlockOnDead: true})
+	require.NoError(t, err)
+	require.Len(t, c.Messages, 3, "the heads of a, b and c")
+	ms := c.Messages
+	n, err := s.Ack(ctx, outbox.AckParams{Messages: ms[:1]})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	n, err = s.Ack(ctx, outbox.AckParams{Messages: ms[1:2], Delete: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: []outbox.Dead{{Message: ms[2], Reason: "x"}}}))
+	c, err = s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, c.Messages, 1, "the second row of a")
+	require.NoError(t, s.Reschedule(ctx, outbox.RescheduleParams{Retries: []outbox.Retry{{Message: c.Messages[0], At: time.Now(), Err: "y"}}}))
+	st, err := s.Stats(ctx)
+	require.NoError(t, err)
+	require.Less(t, st.OldestPending, time.Minute)
+	st.OldestPending = 0
+	require.Equal(t, outbox.Stats{Pending: 1, Dead: 1, SentLastMinute: 1, SentLastHour: 1}, *st)
+}
+
+func TestWithTable(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"outbox_message", true},
+		{"_x", true},
+		{"Outbox2", true},
+		{"main.outbox", true},
+		{strings.Repeat("a", 63), true},
+		{"", false},
+		{strings.Repeat("a", 64), false},
+		{"1outbox", false},
+		{"x; DROP TABLE y", false},
+		{`a"b`, false},
+		{"a`b", false},
+		{"a'b", false},
+		{"a b", false},
+		{"a.b.c", false},
+		{".outbox", false},
+		{"outbox.", false},
+		{"robert'); DROP TABLE students;--", false},
+		{"outbox\x00", false},
+		{"outbox--", false},
+		{"tablé", false},
+		{"sqlite_master", false},
+		{"main.SQLITE_schema", false},
+	} {
+		t.Run(fmt.Sprintf("%q", c.name), func(t *testing.T) {
+			s, err := sqlitestore.New(&sql.DB{}, sqlitestore.WithTable(c.name))
+			if c.ok {
+				require.NoError(t, err)
+				require.Equal(t, c.name, s.Table())
+				return
+			}
+			require.Error(t, err)
+			require.Contains(t, err.Error(), "WithTable")
+			require.Nil(t, s)
+		})
+	}
+}
+
+func TestNewPanicsOnNilDB(t *testing.T) {
+	t.Parallel()
+	require.Panics(t, func() { _, _ = sqlitestore.New(nil) })
+}
+
+func TestHostileTableNameNeverReachesTheDatabase(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	write := writeFunc(db, s)
+	require.NoError(t, write(t.Context(), &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E", Payload: []byte(`{}`)}))
+	for _, name := range []string{
+		"outbox_message; DROP TABLE outbox_message",
+		`outbox_message" WHERE 1=1; --`,
+		"outbox_message/**/",
+	} {
+		_, err := sqlitestore.New(db, sqlitestore.WithTable(name))
+		require.Error(t, err, name)
+	}
+	var n int
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM outbox_message").Scan(&n))
+	require.Equal(t, 1, n, "the table is intact")
+}
+
+func TestOpen(t *testing.T) {
+	t.Parallel()
+	t.Run("PragmasOnEveryConnection", func(t *testing.T) {
+		t.Parallel()
+		db, _ := openDB(t)
+		ctx := t.Context()
+		// Hold several connections at once so that the pool must open each.
+		conns := make([]*sql.Conn, 4)
+		for i := range conns {
+			c, err := db.Conn(ctx)
+			require.NoError(t, err)
+			conns[i] = c
+		}
+		for i, c := range conns {
+			for _, p := range []struct {
+				pragma string
+				want   string
+			}{
+				{"journal_mode", "wal"},
+				{"synchronous", "2"}, // FULL
+				{"busy_timeout", "5000"},
+				{"foreign_keys", "1"},
+			} {
+				var got string
+				require.NoError(t, c.QueryRowContext(ctx, "PRAGMA "+p.pragma).Scan(&got))
+				require.Equal(t, p.want, strings.ToLower(got), "connection %d: %s", i, p.pragma)
+			}
+			require.NoError(t, c.Close())
+		}
+	})
+	t.Run("RejectsMemoryAndEmpty", func(t *testing.T) {
+		t.Parallel()
+		for _, p := range []string{"", ":memory:", "file::memory:?cache=shared"} {
+			_, err := sqlitestore.Open(p)
+			require.Error(t, err, "%q", p)
+		}
+	})
+	t.Run("PathWithURICharacters", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "a?b#c%20d.db")
+		db, err := sqlitestore.Open(path)
+		require.NoError(t, err)
+		defer db.Close()
+		_, err = db.Exec("CREATE TABLE x (y INTEGER)")
+		require.NoError(t, err)
+		_, err = os.Stat(path)
+		require.NoError(t, err, "the file is at the path as given")
+	})
+	t.Run("UnreachablePathFails", func(t *testing.T) {
+		t.Parallel()
+		_, err := sqlitestore.Open(filepath.Join(t.TempDir(), "no", "such", "dir", "x.db"))
+		require.Error(t, err)
+	})
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	t.Run("TwiceKeepsRows", func(t *testing.T) {
+		t.Parallel()
+		s, db := newStore(t)
+		require.NoError(t, writeFunc(db, s)(t.Context(), msg("a", "1")))
+		require.NoError(t, s.Migrate(t.Context()))
+		require.Equal(t, 1, count(t, db, "outbox_message"))
+	})
+	t.Run("ConcurrentFromSeveralHandles", func(t *testing.T) {
+		t.Parallel()
+		path := testsvc.SQLitePath(t)
+		var wg sync.WaitGroup
+		errs := make(chan error, 6)
+		for range 6 {
+			// A *sql.DB of its own per migrator, as separate processes would have.
+			db, err := sqlitestore.Open(path)
+			require.NoError(t, err)
+			t.Cleanup(func() { db.Close() })
+			s, err := sqlitestore.New(db)
+			require.NoError(t, err)
+			wg.Go(func() { errs <- s.Migrate(t.Context()) })
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+	})
+	t.Run("UpgradesHandMadeTable", func(t *testing.T) {
+		t.Parallel()
+		db, _ := openDB(t)
+		ctx := t.Context()
+		_, err := db.ExecContext(ctx, fmt.Sprintf(contractDDL, "outbox_message"))
+		require.NoError(t, err)
+		s, err := sqlitestore.New(db)
+		require.NoError(t, err)
+		write := writeFunc(db, s)
+		require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E",
+			Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}}))
+
+		require.NoError(t, s.Migrate(ctx))
+		cols := tableColumns(t, db, "outbox_message")
+		for _, c := range []string{"headers", "topic", "partition_key", "last_error"} {
+			require.Contains(t, cols, c)
+		}
+		require.Equal(t, 1, count(t, db, "outbox_message"), "the row written before survives")
+		var idx int
+		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'outbox_message_pending'`).Scan(&idx))
+		require.Equal(t, 1, idx, "the pending index is added")
+
+		// After Migrate the store writes and reads the new columns.
+		require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "2", EventType: "E",
+			Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}, Topic: "t1"}))
+		c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, c.Messages, 2)
+		require.Empty(t, c.Messages[0].Headers, "written before the column existed")
+		require.Equal(t, map[string]string{"k": "v"}, c.Messages[1].Headers)
+		require.Equal(t, "t1", c.Messages[1].Topic)
+	})
+	t.Run("TableWithoutContractColumns", func(t *testing.T) {
+		t.Parallel()
+		db, _ := openDB(t)
+		_, err := db.Exec("CREATE TABLE outbox_message (id INTEGER PRIMARY KEY, message_id TEXT, payload TEXT)")
+		require.NoError(t, err)
+		s, err := sqlitestore.New(db)
+		require.NoError(t, err)
+		_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
+		require.ErrorContains(t, err, "lacks contract columns: aggregate_type, aggregate_id, event_type, status")
+	})
+	t.Run("MissingTableIsReported", func(t *testing.T) {
+		t.Parallel()
+		db, _ := openDB(t)
+		s, err := sqlitestore.New(db)
+		require.NoError(t, err)
+		_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
+		require.ErrorIs(t, err, sqlitestore.ErrNoTable)
+		// Once migrated, the same store works: a failed detection is not cached.
+		require.NoError(t, s.Migrate(t.Context()))
+		_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
+		require.NoError(t, err)
+	})
+}
+
+func TestWriterTransaction(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := t.Context()
+	w := outbox.NewWriter(s)
+	_, err := db.ExecContext(ctx, "CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT)")
+	require.NoError(t, err)
+
+	for _, commit := range []bool{false, true} {
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		_, err = tx.ExecContext(ctx, "INSERT INTO orders (status) VALUES ('paid')")
+		require.NoError(t, err)
+		require.NoError(t, w.Write(ctx, tx, msg("order", "1"), msg("order", "1")))
+		if commit {
+			require.NoError(t, tx.Commit())
+		} else {
+			require.NoError(t, tx.Rollback())
+		}
+		want := 0
+		if commit {
+			want = 2
+		}
+		require.Equal(t, want, count(t, db, "outbox_message"), "commit=%v", commit)
+		require.Equal(t, want/2, count(t, db, "orders"), "commit=%v", commit)
+	}
+
+	t.Run("DuplicateIsErrDuplicate", func(t *testing.T) {
+		m := msg("order", "2")
+		m.MessageID = "same-id"
+		require.NoError(t, writeFunc(db, s)(ctx, m))
+		err := writeFunc(db, s)(ctx, m)
+		require.ErrorIs(t, err, sqlitestore.ErrDuplicate)
+	})
+}
+
+func TestLargeBatches(t *testing.T) {
+	t.Parallel()
+	const n = 345 // several statements' worth for insert, ack, reschedule and kill
+	s, db := newStore(t, sqlitestore.WithChunkRows(100))
+	ctx := t.Context()
+	msgs := make([]*outbox.Message, n)
+	for i := range msgs {
+		msgs[i] = msg("order", fmt.Sprint(i))
+		msgs[i].Headers = map[string]string{"i": fmt.Sprint(i)}
+	}
+	require.NoError(t, writeFunc(db, s)(ctx, msgs...))
+	require.Equal(t, n, count(t, db, "outbox_message"))
+
+	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: n, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, c.Messages, n)
+	for i, m := range c.Messages {
+		require.Equal(t, fmt.Sprint(i), m.AggregateID)
+		require.Equal(t, fmt.Sprint(i), m.Headers["i"])
+	}
+	third := n / 3
+	var retries []outbox.Retry
+	for _, m := range c.Messages[third : 2*third] {
+		retries = append(retries, outbox.Retry{Message: m, At: time.Now().Add(time.Hour), Err: "later"})
+	}
+	var dead []outbox.Dead
+	for _, m := range c.Messages[2*third:] {
+		dead = append(dead, outbox.Dead{Message: m, Reason: "poison"})
+	}
+	acked, err := s.Ack(ctx, outbox.AckParams{Messages: c.Messages[:third]})
+	require.NoError(t, err)
+	require.Equal(t, third, acked)
+	require.NoError(t, s.Reschedule(ctx, outbox.RescheduleParams{Retries: retries, Refund: true}))
+	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: dead}))
+
+	st, err := s.Stats(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, third, st.SentLastMinute)
+	require.EqualValues(t, len(retries), st.Pending)
+	require.EqualValues(t, len(dead), st.Dead)
+	require.Equal(t, len(retries), count(t, db, "outbox_message WHERE retry_count = 0 AND last_error = 'later'"))
+}
+
+// TestLastErrorIsBounded: error texts from brokers may be long or not UTF-8.
+func TestLastErrorIsBounded(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := t.Context()
+	require.NoError(t, writeFunc(db, s)(ctx, msg("a", "1"), msg("a", "2")))
+	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 2, Lease: time.Hour})
+	require.NoError(t, err)
+	long := strings.Repeat("é", sqlitestore.MaxErrorLength) // 2 bytes each
+	require.NoError(t, s.Reschedule(ctx, outbox.RescheduleParams{Retries: []outbox.Retry{
+		{Message: c.Messages[0], At: time.Now(), Err: long},
+	}}))
+	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: []outbox.Dead{
+		{Message: c.Messages[1], Reason: "bad \xff byte"},
+	}}))
+	var e0, e1 string
+	require.NoError(t, db.QueryRow("SELECT last_error FROM outbox_message WHERE id = ?", c.Messages[0].RowID).Scan(&e0))
+	require.NoError(t, db.QueryRow("SELECT last_error FROM outbox_message WHERE id = ?", c.Messages[1].RowID).Scan(&e1))
+	require.Len(t, e0, sqlitestore.MaxErrorLength)
+	require.Equal(t, strings.Repeat("é", sqlitestore.MaxErrorLength/2), e0)
+	require.Equal(t, "bad \uFFFD byte", e1)
+}
+
+func msg(aggType, aggID string) *outbox.Message {
+	return &outbox.Message{AggregateType: aggType, AggregateID: aggID, EventType: "E", Payload: []byte(`{"x":1}`)}
+}
+
+func count(t *testing.T, db *sql.DB, from string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM "+from).Scan(&n))
+	return n
+}
+
+func tableColumns(t *testing.T, db *sql.DB, table string) []string {
+	t.Helper()
+	rows, err := db.Query("SELECT name FROM pragma_table_info(?)", table)
+	require.NoError(t, err)
+	defer rows.Close()
+	var cols []string
+	for rows.Next() {
+		var c string
+		require.NoError(t, rows.Scan(&c))
+		cols = append(cols, c)
+	}
+	require.NoError(t, rows.Err())
+	return cols
+}
+
+// TestTimeFormats plants next_retry_at values in the formats other programs
+// may write into a hand-made table and checks which rows are due.
+func TestTimeFormats(t *testing.T) {
+	t.Parallel()
+	db, _ := openDB(t)
+	ctx := t.Context()
+	_, err := db.ExecContext(ctx, fmt.Sprintf(contractDDL, "outbox_message"))
+	require.NoError(t, err)
+	s, err := sqlitestore.New(db)
+	require.NoError(t, err)
+
+	now := time.Now().UTC()
+	past, future := now.Add(-time.Hour), now.Add(time.Hour)
+	cases := []struct {
+		name string
+		v    any
+		due  bool
+	}{
+		{"Null", nil, true},
+		{"CurrentTimestampPast", past.Format("2006-01-02 15:04:05"), true},
+		{"CurrentTimestampFuture", future.Format("2006-01-02 15:04:05"), false},
+		{"MicrosPast", past.Format("2006-01-02 15:04:05.000000"), true},
+		{"MicrosFuture", future.Format("2006-01-02 15:04:05.000000"), false},
+		{"ISOWithZPast", past.Format("2006-01-02T15:04:05.000Z"), true},
+		{"ISOWithZFuture", future.Format("2006-01-02T15:04:05.000Z"), false},
+		// 30 minutes ago in UTC, written as local time of UTC+02:00: due.
+		{"OffsetPast", now.Add(-30 * time.Minute).In(time.FixedZone("", 2*3600)).Format("2006-01-02 15:04:05-07:00"), true},
+		// 30 minutes ahead in UTC, written in UTC-05:00; read as UTC text it would look due.
+		{"OffsetFuture", now.Add(30 * time.Minute).In(time.FixedZone("", -5*3600)).Format("2006-01-02T15:04:05-07:00"), false},
+		{"UnixSecondsPast", past.Unix(), true},
+		{"UnixSecondsFuture", future.Unix(), false},
+		{"Garbage", "not a time", true},
+	}
+	ids := map[int64]string{}
+	for _, c := range cases {
+		res, err := db.ExecContext(ctx, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload, next_retry_at)
+			VALUES (?, 'a', ?, 'E', '{}', ?)`, c.name, c.name, c.v)
+		require.NoError(t, err)
+		id, err := res.LastInsertId()
+		require.NoError(t, err)
+		ids[id] = c.name
+	}
+	cl, err := s.Claim(ctx, outbox.ClaimParams{Limit: 100, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, cl.Malformed)
+	got := map[string]bool{}
+	for _, m := range cl.Messages {
+		got[ids[m.RowID]] = true
+	}
+	for _, c := range cases {
+		require.Equal(t, c.due, got[c.name], "%s (%v) due", c.name, c.v)
+	}
+}
+
+// TestMalformedRows covers what storetest's planted rows do not: bytes that
+// are not UTF-8, headers that are not an object of strings, empty required
+// columns, and numbers where text belongs.
+func TestMalformedRows(t *testing.T) {
+	t.Parallel()
+	db, _ := openDB(t)
+	ctx := t.Context()
+	_, err := db.ExecContext(ctx, `CREATE TABLE outbox_message (
+		id INTEGER PRIMARY KEY AUTOINCREMENT, message_id, aggregate_type, aggregate_id, event_type, payload,
+		headers, topic, partition_key,
+		status INTEGER NOT NULL DEFAULT 0, retry_count INTEGER NOT NULL DEFAULT 0, next_retry_at,
+		created_at NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at NOT NULL DEFAULT CURRENT_TIMESTAMP)`)
+	require.NoError(t, err)
+	s, err := sqlitestore.New(db)
+	require.NoError(t, err)
+
+	cases := []struct {
+		name                string
+		aggID, payload, hdr any
+		topic               any
+		wantErr             string // "" for a well-formed row
+	}{
+		{"Good", "1", `{"a":1}`, `{"k":"v"}`, "t", ""},
+		{"NumbersAreText", int64(42), int64(7), nil, nil, ""},
+		{"PayloadBlobJSON", "1", []byte(`{"b":true}`), nil, nil, ""},
+		{"PayloadNotUTF8", "1", []byte("\"\xff\xfe\""), nil, nil, "payload is not valid UTF-8"},
+		{"PayloadNotJSON", "1", `{"a":`, nil, nil, "payload is not valid JSON"},
+		{"PayloadEmpty", "1", ``, nil, nil, "payload is not valid JSON"},
+		{"AggregateIDEmpty", "", `{}`, nil, nil, "aggregate_id is empty"},
+		{"AggregateIDNotUTF8", []byte("\xff"), `{}`, nil, nil, "aggregate_id is not valid UTF-8"},
+		{"HeadersNotJSON", "1", `{}`, `k=v`, nil, "headers are not a JSON object of strings"},
+		{"HeadersNotStrings", "1", `{}`, `{"k":1}`, nil, "headers are not a JSON object of strings"},
+		{"TopicNotUTF8", "1", `{}`, nil, []byte("\xc3"), "topic is not valid UTF-8"},
+	}
+	names := map[int64]string{}
+	for _, c := range cases {
+		res, err := db.ExecContext(ctx, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload, headers, topic)
+			VALUES (?, 'a', ?, 'E', ?, ?, ?)`, c.name, c.aggID, c.payload, c.hdr, c.topic)
+		require.NoError(t, err)
+		id, err := res.LastInsertId()
+		require.NoError(t, err)
+		names[id] = c.name
+	}
+	cl, err := s.Claim(ctx, outbox.ClaimParams{Limit: 100, Lease: time.Minute})
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, m := range cl.Messages {
+		got[names[m.RowID]] = ""
+	}
+	for _, mr := range cl.Malformed {
+		require.Equal(t, 1, mr.Message.Attempt)
+		got[names[mr.Message.RowID]] = mr.Err.Error()
+	}
+	for _, c := range cases {
+		e, ok := got[c.name]
+		require.True(t, ok, "%s not claimed", c.name)
+		if c.wantErr == "" {
+			require.Empty(t, e, c.name)
+		} else {
+			require.Contains(t, e, c.wantErr, c.name)
+		}
+	}
+	byName := map[string]*outbox.Message{}
+	for _, m := range cl.Messages {
+		byName[names[m.RowID]] = m
+	}
+	require.Equal(t, "42", byName["NumbersAreText"].AggregateID)
+	require.JSONEq(t, `7`, string(byName["NumbersAreText"].Payload))
+	require.Equal(t, map[string]string{"k": "v"}, byName["Good"].Headers)
+	require.Equal(t, "t", byName["Good"].Topic)
+}
