@@ -1,0 +1,4 @@
+package kafkapub
+
+// Classify exposes classify to the tests.
+var Classify = classify

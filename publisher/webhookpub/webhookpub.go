@@ -1,0 +1,479 @@
+package webhookpub
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outboxkit/outbox"
+)
+
+// Defaults of the Publisher's options.
+const (
+	// DefaultConcurrency is how many requests a Publisher has in flight at
+	// most, across all Publish calls.
+	DefaultConcurrency = 8
+	// DefaultErrorBodyBytes is how much of a refusing response's body goes
+	// into the error.
+	DefaultErrorBodyBytes = 512
+)
+
+// DestinationPlaceholder in the endpoint URL is replaced by the message's
+// destination, path-escaped: "https://hooks.example.com/outbox/{destination}".
+const DestinationPlaceholder = "{destination}"
+
+// Publisher POSTs outbox messages to an HTTP endpoint. It is safe for
+// concurrent use.
+type Publisher struct {
+	endpoint string
+	cfg      config
+	key      []byte        // HMAC key; nil when unsigned
+	sem      chan struct{} // one slot per request in flight
+}
+
+var (
+	_ outbox.Publisher = (*Publisher)(nil)
+	_ outbox.Pinger    = (*Publisher)(nil)
+)
+
+type config struct {
+	client      *http.Client
+	secret      string
+	concurrency int
+	batch       int
+	headers     http.Header
+	errorBody   int
+	now         func() time.Time
+}
+
+func defaultConfig() config {
+	return config{
+		client: &http.Client{
+			Transport: http.DefaultTransport.(*http.Transport).Clone(),
+			// A redirected POST would turn into a GET: report it instead.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		concurrency: DefaultConcurrency,
+		errorBody:   DefaultErrorBodyBytes,
+		now:         time.Now,
+	}
+}
+
+func (c *config) validate() error {
+	var errs []error
+	if c.client == nil {
+		errs = append(errs, errors.New("WithHTTPClient: client is nil"))
+	}
+	if c.concurrency < 1 {
+		errs = append(errs, fmt.Errorf("WithConcurrency: %d is less than 1", c.concurrency))
+	}
+	if c.batch < 0 {
+		errs = append(errs, fmt.Errorf("WithBatch: %d is negative", c.batch))
+	}
+	if c.errorBody < 0 {
+		errs = append(errs, fmt.Errorf("WithErrorBodyBytes: %d is negative", c.errorBody))
+	}
+	if c.secret != "" {
+		if _, err := secretKey(c.secret); err != nil {
+			errs = append(errs, fmt.Errorf("WithSecret: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Option configures a [Publisher].
+type Option func(*config)
+
+// WithHTTPClient sends requests with client, which the caller owns. Bound
+// its timeouts by the publish context, not Client.Timeout, and mind that
+// following a redirect turns a POST into a GET. Default: a client of its
+// own on a clone of http.DefaultTransport that does not follow redirects.
+func WithHTTPClient(client *http.Client) Option { return func(c *config) { c.client = client } }
+
+// WithSecret signs every request with secret (Standard Webhooks: an HMAC
+// SHA-256 of "webhook-id.webhook-timestamp.body" in webhook-signature), so
+// receivers can check it with [Verify]. A secret starting with "whsec_" is
+// the base64 of the key, as the specification has it; any other string is
+// the key itself. Default: "" (no webhook-signature header).
+func WithSecret(secret string) Option { return func(c *config) { c.secret = secret } }
+
+// WithConcurrency sets how many requests the Publisher has in flight at
+// most, across all Publish calls. Messages with the same key are always
+// sent one after another, in order. Default: DefaultConcurrency (8).
+func WithConcurrency(n int) Option { return func(c *config) { c.concurrency = n } }
+
+// WithBatch switches to batched mode: a batch is POSTed as JSON arrays of up
+// to n envelopes, and each request's outcome is the result of all its
+// messages. 0 means one request per message. Default: 0.
+func WithBatch(n int) Option { return func(c *config) { c.batch = n } }
+
+// WithHeader adds a header to every request (an API key, say). Default: none.
+func WithHeader(name, value string) Option {
+	return func(c *config) {
+		if c.headers == nil {
+			c.headers = make(http.Header)
+		}
+		c.headers.Add(name, value)
+	}
+}
+
+// WithErrorBodyBytes sets how many bytes of a refusing response's body the
+// error records. Default: DefaultErrorBodyBytes (512).
+func WithErrorBodyBytes(n int) Option { return func(c *config) { c.errorBody = n } }
+
+// New returns a Publisher that POSTs to endpoint, an http:// or https://
+// URL; [DestinationPlaceholder] in it is replaced by each message's
+// destination.
+func New(endpoint string, opts ...Option) (*Publisher, error) {
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	errs := []error{cfg.validate()}
+	u, err := url.Parse(strings.ReplaceAll(endpoint, DestinationPlaceholder, "x"))
+	switch {
+	case err != nil:
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // keep a password in the URL out of the error
+		}
+		errs = append(errs, fmt.Errorf("endpoint: %w", err))
+	case u.Scheme != "http" && u.Scheme != "https":
+		errs = append(errs, fmt.Errorf("endpoint: scheme %q is not http or https", u.Scheme))
+	case u.Host == "":
+		errs = append(errs, errors.New("endpoint: no host"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("webhookpub: new publisher: %w", err)
+	}
+	p := &Publisher{endpoint: endpoint, cfg: cfg, sem: make(chan struct{}, cfg.concurrency)}
+	if cfg.secret != "" {
+		p.key, _ = secretKey(cfg.secret)
+	}
+	return p, nil
+}
+
+// URL returns the URL m is POSTed to.
+func (p *Publisher) URL(m *outbox.Message) string {
+	return strings.ReplaceAll(p.endpoint, DestinationPlaceholder, url.PathEscape(m.Destination()))
+}
+
+// Publish POSTs the messages and returns one error per message, in order:
+// nil when the endpoint answered 2xx.
+//
+// In the default mode each message is its own request; requests run
+// concurrently up to [WithConcurrency], except that messages sharing a key
+// go one after another in batch order, and once one of them fails (other
+// than permanently) the later ones are not sent: they fail with an error
+// that wraps that failure, so a receiver never sees a key's messages out of
+// order. In batched mode ([WithBatch]) the messages are POSTed as arrays,
+// in order, one request at a time per destination URL, with the same rule
+// between requests.
+//
+// Errors: 408, 429 and 5xx are plain errors, retried by the relay
+// (Retry-After is not used); any other status (3xx included: redirects are
+// not followed) is [outbox.Permanent] with the status and the start of the
+// response body; a request that cannot reach the endpoint (refused, reset,
+// DNS, TLS) is [outbox.Unavailable]; no answer before ctx ends is a plain
+// error wrapping ctx.Err().
+func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	errs := make([]error, len(msgs))
+	if len(msgs) == 0 {
+		return errs
+	}
+	if err := ctx.Err(); err != nil {
+		return outbox.ErrorsFor(len(msgs), fmt.Errorf("webhookpub: publish: %w", err))
+	}
+	for i, m := range msgs {
+		switch {
+		case m == nil:
+			errs[i] = outbox.Permanent(errors.New("webhookpub: nil message"))
+		case !json.Valid(m.Payload):
+			errs[i] = outbox.Permanent(errors.New("webhookpub: payload is not valid JSON"))
+		}
+	}
+	// Each group is sent in order by one goroutine, which alone writes the
+	// errors of its messages.
+	var groups [][]int
+	if p.cfg.batch > 0 {
+		groups = p.batches(msgs, errs)
+	} else {
+		groups = byKey(msgs, errs)
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() {
+			if p.cfg.batch > 0 {
+				p.sendBatches(ctx, msgs, g, errs)
+			} else {
+				p.sendInOrder(ctx, msgs, g, errs)
+			}
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// byKey groups the indexes of the messages to send by key, in order.
+func byKey(msgs []*outbox.Message, errs []error) [][]int {
+	at := make(map[string]int)
+	var groups [][]int
+	for i, m := range msgs {
+		if errs[i] != nil {
+			continue
+		}
+		g, ok := at[m.Key()]
+		if !ok {
+			g = len(groups)
+			at[m.Key()] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+// batches groups the indexes of the messages to send by URL, in order.
+func (p *Publisher) batches(msgs []*outbox.Message, errs []error) [][]int {
+	at := make(map[string]int)
+	var groups [][]int
+	for i, m := range msgs {
+		if errs[i] != nil {
+			continue
+		}
+		u := p.URL(m)
+		g, ok := at[u]
+		if !ok {
+			g = len(groups)
+			at[u] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+// sendInOrder posts one key's messages one by one, stopping at a failure
+// that is not permanent.
+func (p *Publisher) sendInOrder(ctx context.Context, msgs []*outbox.Message, idx []int, errs []error) {
+	for n, i := range idx {
+		m := msgs[i]
+		body := envelope(m)
+		err := p.post(ctx, p.URL(m), m.MessageID, body, traceHeaders(m))
+		errs[i] = err
+		if err != nil && !outbox.IsPermanent(err) {
+			// Sending the key's later messages now would put them before
+			// this one. A permanent failure is about this message alone: it
+			// will not be sent again, so the others go on.
+			skipped := fmt.Errorf("webhookpub: not sent: message %s of the same key failed before it: %w", m.MessageID, err)
+			for _, j := range idx[n+1:] {
+				errs[j] = skipped
+			}
+			return
+		}
+	}
+}
+
+// sendBatches posts one URL's messages as arrays of up to cfg.batch, in
+// order, stopping at a failure that is not permanent.
+func (p *Publisher) sendBatches(ctx context.Context, msgs []*outbox.Message, idx []int, errs []error) {
+	for start := 0; start < len(idx); start += p.cfg.batch {
+		chunk := idx[start:min(start+p.cfg.batch, len(idx))]
+		var body bytes.Buffer
+		ids := sha256.New()
+		body.WriteByte('[')
+		for n, i := range chunk {
+			if n > 0 {
+				body.WriteByte(',')
+			}
+			body.Write(envelope(msgs[i]))
+			ids.Write([]byte(msgs[i].MessageID))
+			ids.Write([]byte{0})
+		}
+		body.WriteByte(']')
+		// The same messages in the same order get the same id, so a
+		// receiver can drop a re-sent batch as a whole.
+		id := "batch_" + hex.EncodeToString(ids.Sum(nil))[:32]
+		err := p.post(ctx, p.URL(msgs[chunk[0]]), id, body.Bytes(), nil)
+		for _, i := range chunk {
+			errs[i] = err
+		}
+		if err != nil && !outbox.IsPermanent(err) {
+			skipped := fmt.Errorf("webhookpub: not sent: an earlier request of the batch failed: %w", err)
+			for _, i := range idx[start+len(chunk):] {
+				errs[i] = skipped
+			}
+			return
+		}
+	}
+}
+
+// traceHeaders returns m's W3C trace context as HTTP headers, so the
+// receiver's spans join the trace.
+func traceHeaders(m *outbox.Message) http.Header {
+	h := make(http.Header)
+	for _, k := range []string{outbox.HeaderTraceparent, outbox.HeaderTracestate} {
+		if v := m.Headers[k]; v != "" {
+			h.Set(k, v)
+		}
+	}
+	return h
+}
+
+// post sends one request within ctx and a concurrency slot, and classifies
+// the outcome.
+func (p *Publisher) post(ctx context.Context, target, id string, body []byte, extra http.Header) error {
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("webhookpub: wait for a free request slot: %w", ctx.Err())
+	}
+	defer func() { <-p.sem }()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+	if err != nil {
+		return outbox.Permanent(fmt.Errorf("webhookpub: build request: %w", err))
+	}
+	for k, vs := range p.cfg.headers {
+		req.Header[k] = slices.Clone(vs)
+	}
+	for k, vs := range extra {
+		req.Header[k] = vs
+	}
+	ts := p.cfg.now().Unix()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "outbox-webhookpub")
+	req.Header.Set(HeaderIdempotencyKey, id)
+	req.Header.Set(HeaderWebhookID, id)
+	req.Header.Set(HeaderWebhookTimestamp, strconv.FormatInt(ts, 10))
+	if p.key != nil {
+		req.Header.Set(HeaderWebhookSignature, sign(p.key, id, ts, body))
+	}
+
+	resp, err := p.cfg.client.Do(req)
+	if err != nil {
+		wrapped := fmt.Errorf("webhookpub: post: %w", err)
+		if ctx.Err() != nil {
+			return fmt.Errorf("webhookpub: no answer before the publish ended: %w", ctx.Err())
+		}
+		// Refused, reset, DNS, TLS: the endpoint cannot be reached.
+		return outbox.Unavailable(wrapped)
+	}
+	defer resp.Body.Close()
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, int64(p.cfg.errorBody)))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so the connection can be reused
+
+	code := resp.StatusCode
+	if code >= 200 && code < 300 {
+		return nil
+	}
+	refused := &StatusError{Code: code, Body: strings.ToValidUTF8(string(head), "?")}
+	if code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500 {
+		return refused
+	}
+	return outbox.Permanent(refused)
+}
+
+// StatusError is the error for a response that was not 2xx.
+type StatusError struct {
+	Code int    // the HTTP status code
+	Body string // the start of the response body (WithErrorBodyBytes)
+}
+
+func (e *StatusError) Error() string {
+	if e.Body == "" {
+		return fmt.Sprintf("webhookpub: endpoint answered %d %s", e.Code, http.StatusText(e.Code))
+	}
+	return fmt.Sprintf("webhookpub: endpoint answered %d %s: %q", e.Code, http.StatusText(e.Code), e.Body)
+}
+
+// Ping sends a HEAD request to the endpoint (with the destination
+// placeholder left empty) and returns nil when any HTTP response comes back
+// within ctx: the endpoint can be reached, whatever it thinks of HEAD.
+func (p *Publisher) Ping(ctx context.Context) error {
+	target := strings.ReplaceAll(p.endpoint, DestinationPlaceholder, "")
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, target, nil)
+	if err != nil {
+		return fmt.Errorf("webhookpub: ping: %w", err)
+	}
+	req.Header.Set("User-Agent", "outbox-webhookpub")
+	resp, err := p.cfg.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("webhookpub: ping: %w", err)
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// Envelope is the JSON body of a request (or each element of a batched
+// request's array). Receivers may decode into it.
+type Envelope struct {
+	// ID is the message id; the same as the webhook-id and Idempotency-Key
+	// headers of a one-message request.
+	ID string `json:"id"`
+	// Type is the event type.
+	Type string `json:"type"`
+	// Topic is the message's destination (its Topic, else its event type).
+	Topic string `json:"topic"`
+	// Key is the partition key: the aggregate id unless one was set.
+	Key string `json:"key"`
+	// Aggregate names the business entity.
+	Aggregate Aggregate `json:"aggregate"`
+	// Payload is the message body, byte for byte.
+	Payload json.RawMessage `json:"payload"`
+	// Headers are outbox.Message.StandardHeaders: the outbox-* headers,
+	// traceparent, tracestate and the writer's own.
+	Headers map[string]string `json:"headers"`
+	// CreatedAt is when the message was written; absent when unknown.
+	CreatedAt *time.Time `json:"created_at,omitempty"`
+}
+
+// Aggregate is the entity an [Envelope] is about.
+type Aggregate struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+}
+
+// envelope encodes m's [Envelope]. It writes the payload as is (encoding/json
+// would rewrite it: escaping <, > and &), so receivers get it byte for byte.
+func envelope(m *outbox.Message) []byte {
+	var b bytes.Buffer
+	field := func(name string, v any) {
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Quote(name))
+		b.WriteByte(':')
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		// Strings, maps of strings and times always encode.
+		_ = enc.Encode(v)
+		b.Truncate(b.Len() - 1) // Encode's newline
+	}
+	b.WriteByte('{')
+	field("id", m.MessageID)
+	field("type", m.EventType)
+	field("topic", m.Destination())
+	field("key", m.Key())
+	field("aggregate", Aggregate{Type: m.AggregateType, ID: m.AggregateID})
+	b.WriteString(`,"payload":`)
+	b.Write(m.Payload)
+	field("headers", m.StandardHeaders())
+	if !m.CreatedAt.IsZero() {
+		field("created_at", m.CreatedAt.UTC())
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
