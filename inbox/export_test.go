@@ -1,0 +1,4 @@
+package inbox
+
+// WithClock replaces the clock, for retention tests.
+var WithClock = withClock
