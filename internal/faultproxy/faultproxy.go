@@ -333,12 +333,14 @@ func (p *Proxy) write(l *link, ch <-chan chunk, dst net.Conn, readErr *error) {
 
 // hold waits until a chunk read at `at` may be delivered: not while in
 // Blackhole, and not before at + latency. It returns false when the link was
-// torn down meanwhile.
+// torn down meanwhile or the proxy was cut (Reset), so held bytes are dropped.
 func (p *Proxy) hold(l *link, at time.Time) bool {
 	for {
 		mode, latency, changed := p.state()
 		var t *time.Timer
 		switch {
+		case mode == Reset:
+			return false // a cut discards what a blackhole held: none of it reaches the other side
 		case mode == Blackhole:
 			t = time.NewTimer(time.Hour) // until the mode changes
 		case latency > 0 && time.Until(at.Add(latency)) > 0:

@@ -186,10 +186,14 @@ var ErrNoTable = errors.New("sqlitestore: outbox table not found")
 // through q (the caller's transaction when there is one, so that a pool of
 // one connection cannot deadlock).
 func (s *Store) columns(ctx context.Context, q queryer) (columns, error) {
+	// The lock guards the cache only: the catalog query runs without it, so a
+	// caller that holds the pool's only connection (a writer in InsertTx) and
+	// one waiting for that connection (a claim) never wait on each other.
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cols != nil {
-		return *s.cols, nil
+	cached := s.cols
+	s.mu.Unlock()
+	if cached != nil {
+		return *cached, nil
 	}
 	names, err := tableColumns(ctx, q, s.table)
 	if err != nil {
@@ -216,7 +220,9 @@ func (s *Store) columns(ctx context.Context, q queryer) (columns, error) {
 	if c.pendingIndex, err = hasIndex(ctx, q, s.table, s.table.pendingIndex()); err != nil {
 		return columns{}, err
 	}
+	s.mu.Lock()
 	s.cols = &c
+	s.mu.Unlock()
 	return c, nil
 }
 

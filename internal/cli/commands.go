@@ -1,0 +1,187 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"text/tabwriter"
+	"time"
+
+	ucli "github.com/urfave/cli/v3"
+
+	"github.com/outboxkit/outbox/internal/config"
+	"github.com/outboxkit/outbox/internal/daemon"
+	"github.com/outboxkit/outbox/internal/demo"
+)
+
+// dbFlags are the settings the database commands read.
+var dbFlags = []string{"db", "table"}
+
+func relayCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "relay",
+		Usage: "run the relay: claim committed messages, publish them, acknowledge them",
+		Description: "Runs until SIGINT or SIGTERM, then finishes the batch in flight and exits 0.\n" +
+			"Logs go to stderr. Brokers, routes and broker options (NATS stream and subjects, prefixes,\n" +
+			"webhook secrets) come from the --config file; --broker alone sends everything to one broker.",
+		Flags: append([]ucli.Flag{configFlag()}, settingFlags()...),
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			if err := cfg.Validate(); err != nil {
+				return usage(err)
+			}
+			logger, err := daemon.NewLogger(cmd.Root().ErrWriter, cfg.LogLevel, cfg.LogFormat)
+			if err != nil {
+				return usage(err)
+			}
+			d, err := daemon.New(cfg, logger, daemon.WithStdout(cmd.Root().Writer))
+			if err != nil {
+				return usage(err)
+			}
+			if err := d.Run(ctx); err != nil && !(ctx.Err() != nil && errors.Is(err, context.Canceled)) {
+				return err
+			}
+			return nil // a stop request, also one that came while connecting
+		},
+	}
+}
+
+// openDB loads the config of a database command and opens its store.
+func openDB(ctx context.Context, cmd *ucli.Command) (*config.Config, *daemon.DB, error) {
+	cfg, err := loadConfig(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cfg.ValidateDB(); err != nil {
+		return nil, nil, usage(err)
+	}
+	db, err := daemon.OpenDB(ctx, cfg.DB, daemon.DBParams{Table: cfg.Table, MaxConns: 2})
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, db, nil
+}
+
+func migrateCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:        "migrate",
+		Usage:       "create the outbox table and its indexes, or upgrade them",
+		Description: "Idempotent, and safe to run from several processes at once.",
+		Flags:       append([]ucli.Flag{configFlag()}, settingFlags(dbFlags...)...),
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			cfg, db, err := openDB(ctx, cmd)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			if err := db.Store.Migrate(ctx); err != nil {
+				return fmt.Errorf("migrate %s: %w", cfg.Table, err)
+			}
+			_, err = fmt.Fprintf(cmd.Root().Writer, "migrated table %s (%s)\n", cfg.Table, db.Scheme)
+			return err
+		},
+	}
+}
+
+// statusJSON is the output of `outbox status --json`.
+type statusJSON struct {
+	Table                string  `json:"table"`
+	Pending              int64   `json:"pending"`
+	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+	Dead                 int64   `json:"dead"`
+	SentLastMinute       int64   `json:"sent_last_minute"`
+	SentLastHour         int64   `json:"sent_last_hour"`
+}
+
+func statusCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "status",
+		Usage: "show the outbox table's backlog: pending, oldest pending, dead, recently sent",
+		Description: "Sent counts are kept only when the relay marks rows sent (not with --delete-sent).\n" +
+			"With --json, one JSON object: table, pending, oldest_pending_seconds, dead, sent_last_minute, sent_last_hour.",
+		Flags: append([]ucli.Flag{
+			configFlag(),
+			&ucli.BoolFlag{Name: "json", Usage: "print one JSON object instead of a table"},
+		}, settingFlags(dbFlags...)...),
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			cfg, db, err := openDB(ctx, cmd)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			st, err := db.Store.Stats(ctx)
+			if err != nil {
+				return fmt.Errorf("read stats of %s: %w", cfg.Table, err)
+			}
+			out := cmd.Root().Writer
+			if cmd.Bool("json") {
+				enc := json.NewEncoder(out)
+				return enc.Encode(statusJSON{
+					Table: cfg.Table, Pending: st.Pending, OldestPendingSeconds: st.OldestPending.Seconds(),
+					Dead: st.Dead, SentLastMinute: st.SentLastMinute, SentLastHour: st.SentLastHour,
+				})
+			}
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			oldest := "-"
+			if st.Pending > 0 {
+				oldest = st.OldestPending.Round(time.Millisecond).String()
+			}
+			fmt.Fprintf(tw, "table\t%s\n", cfg.Table)
+			fmt.Fprintf(tw, "pending\t%d\n", st.Pending)
+			fmt.Fprintf(tw, "oldest pending\t%s\n", oldest)
+			fmt.Fprintf(tw, "dead\t%d\n", st.Dead)
+			fmt.Fprintf(tw, "sent last minute\t%d\n", st.SentLastMinute)
+			fmt.Fprintf(tw, "sent last hour\t%d\n", st.SentLastHour)
+			return tw.Flush()
+		},
+	}
+}
+
+func demoCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "demo",
+		Usage: "replay the classic incident: naive commit-then-publish vs the outbox, broker down mid-run",
+		Description: "With no flags it needs no server: SQLite in a temporary folder and an embedded NATS\n" +
+			"JetStream. --db and --broker run it against a real PostgreSQL and NATS (fresh tables and\n" +
+			"streams, removed at the end). The demo reads no OUTBOX_* variable.",
+		Flags: []ucli.Flag{
+			&ucli.IntFlag{Name: "orders", Value: demo.DefaultOrders, Usage: "how many orders to pay (`N`)"},
+			&ucli.StringFlag{Name: "db", Usage: "PostgreSQL `URL` (postgres://...); empty = embedded SQLite"},
+			&ucli.StringFlag{Name: "broker", Usage: "NATS `URL` (nats://host:port); empty = embedded NATS"},
+			&ucli.DurationFlag{Name: "pay-time", Value: demo.DefaultPayTime, Usage: "how long paying every order takes (`DURATION`)"},
+			&ucli.DurationFlag{Name: "outage-at", Usage: "when the broker goes dark, from the first payment (`DURATION`)",
+				DefaultText: fmt.Sprintf("%g × pay time", demo.DefaultOutageAt)},
+			&ucli.DurationFlag{Name: "outage-for", Usage: "how long the broker stays dark (`DURATION`)",
+				DefaultText: fmt.Sprintf("%g × pay time", demo.DefaultOutageFor)},
+			&ucli.FloatFlag{Name: "declines", Value: demo.DefaultDeclines, Usage: "fraction of payments the card processor declines (`F`); negative = none"},
+			&ucli.Int64Flag{Name: "seed", Usage: "seed of the declines and arrival jitter (`N`); 0 = random"},
+			&ucli.DurationFlag{Name: "drain-timeout", Value: demo.DefaultDrainTimeout, Usage: "longest wait for every path to deliver (`DURATION`)"},
+			&ucli.BoolFlag{Name: "quiet", Usage: "print only the final table"},
+			&ucli.BoolFlag{Name: "verbose", Usage: "log what the services do (lost publishes, retries) to stderr"},
+		},
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			cfg := demo.Config{
+				Orders:       cmd.Int("orders"),
+				DB:           cmd.String("db"),
+				Broker:       cmd.String("broker"),
+				PayTime:      cmd.Duration("pay-time"),
+				OutageAt:     cmd.Duration("outage-at"),
+				OutageFor:    cmd.Duration("outage-for"),
+				Declines:     cmd.Float("declines"),
+				Seed:         cmd.Int64("seed"),
+				DrainTimeout: cmd.Duration("drain-timeout"),
+				Quiet:        cmd.Bool("quiet"),
+			}
+			if cmd.Bool("verbose") {
+				cfg.Logger = slog.New(slog.NewTextHandler(cmd.Root().ErrWriter, nil))
+			}
+			_, err := demo.Run(ctx, cfg, cmd.Root().Writer)
+			return err
+		},
+	}
+}

@@ -1,0 +1,567 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/outboxkit/outbox"
+)
+
+// Defaults of the daemon's own settings (the relay's come from the outbox
+// package's Default* constants).
+const (
+	// DefaultTable is the outbox table's name.
+	DefaultTable = "outbox_message"
+	// DefaultRelays is how many relay loops one process runs.
+	DefaultRelays = 1
+	// ConnsPerRelay is what an automatic pool size (db_max_conns: 0) gives
+	// each relay loop: a loop claims, then acknowledges, one after the other,
+	// so it never holds two connections at once. (A PostgreSQL LISTEN, with
+	// notify on, holds a connection of its own outside the pool.)
+	ConnsPerRelay = 1
+	// SpareConns is what an automatic pool size adds for health checks.
+	SpareConns = 2
+	// DefaultLogLevel and DefaultLogFormat: the daemon logs JSON at info.
+	DefaultLogLevel  = "info"
+	DefaultLogFormat = "json"
+	// DefaultDeadPolicy is what ordered delivery does behind a dead message.
+	DefaultDeadPolicy = "block"
+	// DefaultName names the relay process in logs and in the relay label of
+	// its metrics (metrics.DefaultRelayName).
+	DefaultName = "default"
+	// DefaultStatsInterval is how often the daemon reads the table's backlog
+	// for its metrics (metrics.DefaultStatsInterval).
+	DefaultStatsInterval = 15 * time.Second
+	// DefaultTraceExporter turns tracing off.
+	DefaultTraceExporter = "none"
+	// DefaultBrokerName names the broker given by the broker shorthand.
+	DefaultBrokerName = "default"
+	// DefaultNATSStream is the JetStream stream the daemon ensures for a nats:// broker.
+	DefaultNATSStream = "OUTBOX"
+	// DefaultNATSPrefix is put before each destination to make a NATS subject,
+	// so that one stream (capturing "outbox.>") holds every message.
+	DefaultNATSPrefix = "outbox."
+	// DefaultDuplicateWindow is the NATS stream's duplicate window: longer
+	// than a lease plus a retry, so a re-sent message is dropped by the stream.
+	DefaultDuplicateWindow = 10 * time.Minute
+)
+
+// EnvPrefix starts the name of every environment variable the daemon reads:
+// OUTBOX_DB, OUTBOX_BATCH_SIZE, ...
+const EnvPrefix = "OUTBOX_"
+
+// Config is what `outbox relay` runs: the database, the brokers and routes,
+// and the relay's settings. [Default] fills it with the defaults, [Load] reads
+// it from a YAML file and the environment, and [Config.Validate] checks it.
+// Scalar settings have a flag and an environment variable too (see
+// [Settings]); the precedence is flag > environment > file > default.
+//
+// A Config is a plain value: not safe for concurrent modification, safe to
+// read from several goroutines once built.
+type Config struct {
+	// DB is the database URL: postgres://, postgresql://, sqlite://PATH or
+	// mysql://user:pass@host:3306/db. Required.
+	DB Secret `yaml:"db"`
+	// Table is the outbox table, "name" or "schema.name". Default: DefaultTable.
+	Table string `yaml:"table"`
+	// DBMaxConns bounds the relay's own database pool. 0 means
+	// ConnsPerRelay per relay loop plus SpareConns. Default: 0.
+	DBMaxConns int `yaml:"db_max_conns"`
+
+	// Broker is a shorthand for one broker named DefaultBrokerName that gets
+	// every message: the same as a Brokers list of one. Exclusive with Brokers.
+	Broker Secret `yaml:"broker"`
+	// Brokers are the named destinations, each a URL plus options.
+	Brokers []Broker `yaml:"brokers"`
+	// Routes send messages to brokers by event type or aggregate type; the
+	// first route that matches wins.
+	Routes []Route `yaml:"routes"`
+	// DefaultRoute takes what no route matched. Without it such a message is
+	// marked dead with the reason "no route". Optional when there is one
+	// broker and no routes: everything then goes to that broker.
+	DefaultRoute *Route `yaml:"default_route"`
+
+	// Relays is how many relay loops the process runs. Default: DefaultRelays.
+	Relays int `yaml:"relays"`
+	// BatchSize is how many rows one claim takes. Default: outbox.DefaultBatchSize.
+	BatchSize int `yaml:"batch_size"`
+	// PollInterval is how long an idle relay waits. Default: outbox.DefaultPollInterval.
+	PollInterval time.Duration `yaml:"poll_interval"`
+	// MinPollInterval is the shortest wait between claims while messages
+	// trickle in (adaptive polling). Default: outbox.DefaultMinPollInterval.
+	MinPollInterval time.Duration `yaml:"min_poll_interval"`
+	// MaxInFlight is how many claimed batches a relay loop may have at the
+	// broker at once (pipelining). Default: outbox.DefaultMaxInFlight.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxAttempts is how many attempts a message gets. Default: outbox.DefaultMaxAttempts.
+	MaxAttempts int `yaml:"max_attempts"`
+	// BackoffBase and BackoffCap shape the retry delay min(base × 2^(k-1), cap).
+	// Default: outbox.DefaultBackoffBase and outbox.DefaultBackoffCap.
+	BackoffBase time.Duration `yaml:"backoff_base"`
+	BackoffCap  time.Duration `yaml:"backoff_cap"`
+	// PublishTimeout bounds one publish. Default: outbox.DefaultPublishTimeout.
+	PublishTimeout time.Duration `yaml:"publish_timeout"`
+	// Lease is how long a claim reserves its rows. Default: outbox.DefaultLease.
+	Lease time.Duration `yaml:"lease"`
+	// ProbeInterval and MaxProbeInterval pace the probes of a destination that
+	// is down. Default: outbox.DefaultProbeInterval, outbox.DefaultMaxProbeInterval.
+	ProbeInterval    time.Duration `yaml:"probe_interval"`
+	MaxProbeInterval time.Duration `yaml:"max_probe_interval"`
+	// Notify makes each relay LISTEN for the NOTIFY that writers send when
+	// they turn it on (pgstore.WithNotify), so messages go out at once
+	// instead of at the next poll (postgres:// only). Default: false.
+	Notify bool `yaml:"notify"`
+	// DeleteSent deletes published rows instead of marking them sent. Default: false.
+	DeleteSent bool `yaml:"delete_sent"`
+	// Ordering turns on per-aggregate ordering. Default: false.
+	Ordering bool `yaml:"ordering"`
+	// DeadPolicy is "block" or "skip": what ordered delivery does with an
+	// aggregate whose head message is dead. Default: DefaultDeadPolicy.
+	DeadPolicy string `yaml:"dead_policy"`
+	// MaxPayload is the largest payload the relay sends, in bytes; 0 means no
+	// limit. Default: outbox.DefaultMaxPayloadSize.
+	MaxPayload int `yaml:"max_payload"`
+
+	// LogLevel is debug, info, warn or error. Default: DefaultLogLevel.
+	LogLevel string `yaml:"log_level"`
+	// LogFormat is text or json. Default: DefaultLogFormat.
+	LogFormat string `yaml:"log_format"`
+	// Name names the relay process in logs (its loops are Name-1, Name-2,
+	// ...) and in the relay label of its metrics. Default: DefaultName.
+	Name string `yaml:"name"`
+	// HTTP is the address of the HTTP server (/metrics, /healthz, /readyz),
+	// e.g. ":9090"; empty means none (and no metrics). Default: "".
+	HTTP string `yaml:"http"`
+	// StatsInterval is how often the table's backlog is read for the
+	// metrics (only with HTTP). Default: DefaultStatsInterval.
+	StatsInterval time.Duration `yaml:"stats_interval"`
+	// TraceExporter sends a span per publish: none, stdout or otlp (see
+	// package tracing). Default: DefaultTraceExporter.
+	TraceExporter string `yaml:"trace_exporter"`
+	// TraceEndpoint is the OTLP/HTTP collector URL (otlp only); empty means
+	// the OTEL_EXPORTER_OTLP_* variables, else http://localhost:4318.
+	// Default: "".
+	TraceEndpoint string `yaml:"trace_endpoint"`
+}
+
+// Broker is one named destination.
+type Broker struct {
+	// Name is how routes refer to the broker. Required, unique.
+	Name string `yaml:"name"`
+	// URL says which broker: nats://, kafka://, amqp://, amqps://, redis://,
+	// rediss://, http://, https://, mqtt:// or mqtts://. Required. A webhook
+	// URL may hold {destination}, replaced by each message's destination.
+	URL Secret `yaml:"url"`
+	// Prefix is put before each message's destination to make the NATS
+	// subject, Kafka topic, AMQP routing key, Redis stream key or MQTT
+	// topic. Default: DefaultNATSPrefix for nats://, "" for the others. Not
+	// for webhooks.
+	Prefix *string `yaml:"prefix"`
+
+	// Stream is the JetStream stream the daemon creates or updates (nats://
+	// only). Default: DefaultNATSStream.
+	Stream string `yaml:"stream"`
+	// Subjects are the stream's subjects (nats:// only). Default: the prefix
+	// followed by ">".
+	Subjects []string `yaml:"subjects"`
+	// DuplicateWindow is the stream's duplicate window (nats:// only).
+	// Default: DefaultDuplicateWindow.
+	DuplicateWindow time.Duration `yaml:"duplicate_window"`
+
+	// Exchange is the AMQP exchange to publish to (amqp:// and amqps://
+	// only). Default: "" (the default exchange, routing key = queue name).
+	Exchange string `yaml:"exchange"`
+
+	// MaxLen trims each Redis stream to about this many entries (redis://
+	// and rediss:// only); 0 means no trimming. Default: 0.
+	MaxLen int64 `yaml:"max_len"`
+	// DedupTTL turns on publish-side dedup for this long: a re-sent message
+	// id adds no second stream entry (redis:// and rediss:// only). Pick
+	// more than lease plus backoff cap. Default: 0, off.
+	DedupTTL time.Duration `yaml:"dedup_ttl"`
+
+	// Secret signs webhook requests (http:// and https:// only). Optional.
+	Secret Secret `yaml:"secret"`
+	// Concurrency bounds the requests in flight of a webhook broker
+	// (http:// and https:// only); 0 means the publisher's default.
+	Concurrency int `yaml:"concurrency"`
+	// Batch POSTs JSON arrays of up to this many messages instead of one
+	// request per message (http:// and https:// only). Default: 0 (one each).
+	Batch int `yaml:"batch"`
+	// Headers are added to every webhook request, e.g. an API key (http://
+	// and https:// only). Their values are secrets. Default: none.
+	Headers map[string]Secret `yaml:"headers"`
+}
+
+// Route sends matching messages to a broker.
+type Route struct {
+	// EventType matches the message's event type: exact, or a pattern with
+	// * and ? (path.Match syntax, e.g. "ORDER_*"). Empty matches any.
+	EventType string `yaml:"event_type"`
+	// AggregateType matches the aggregate type the same way. Empty matches any.
+	AggregateType string `yaml:"aggregate_type"`
+	// Broker is the name of the destination. Required.
+	Broker string `yaml:"broker"`
+	// Topic is a text/template over the message (e.g. "orders.{{.EventType}}"
+	// or "{{lower .AggregateType}}.{{.EventType}}"; see publisher/router for
+	// the fields and functions) giving its topic; empty keeps the message's
+	// own destination. The daemon checks it when it starts.
+	Topic string `yaml:"topic"`
+}
+
+// Default returns a Config holding every default and no database or broker.
+func Default() *Config {
+	return &Config{
+		Table:            DefaultTable,
+		Relays:           DefaultRelays,
+		BatchSize:        outbox.DefaultBatchSize,
+		PollInterval:     outbox.DefaultPollInterval,
+		MinPollInterval:  outbox.DefaultMinPollInterval,
+		MaxInFlight:      outbox.DefaultMaxInFlight,
+		MaxAttempts:      outbox.DefaultMaxAttempts,
+		BackoffBase:      outbox.DefaultBackoffBase,
+		BackoffCap:       outbox.DefaultBackoffCap,
+		PublishTimeout:   outbox.DefaultPublishTimeout,
+		Lease:            outbox.DefaultLease,
+		ProbeInterval:    outbox.DefaultProbeInterval,
+		MaxProbeInterval: outbox.DefaultMaxProbeInterval,
+		DeadPolicy:       DefaultDeadPolicy,
+		MaxPayload:       outbox.DefaultMaxPayloadSize,
+		LogLevel:         DefaultLogLevel,
+		LogFormat:        DefaultLogFormat,
+		Name:             DefaultName,
+		StatsInterval:    DefaultStatsInterval,
+		TraceExporter:    DefaultTraceExporter,
+	}
+}
+
+// Load reads the YAML file at path over the defaults, strictly (an unknown
+// key, a wrong type or a second document is an error naming its line), then
+// applies the OUTBOX_* environment variables (see [Settings]). An empty path
+// means no file: defaults and environment only. Load does not validate; call
+// [Config.Validate].
+func Load(path string) (*Config, error) {
+	var data []byte
+	if path != "" {
+		var err error
+		if data, err = os.ReadFile(path); err != nil {
+			return nil, fmt.Errorf("read config: %w", err)
+		}
+	}
+	return load(path, data, os.LookupEnv)
+}
+
+// load is Load on data already read, with the environment given by lookup.
+func load(path string, data []byte, lookup func(string) (string, bool)) (*Config, error) {
+	c, err := Parse(data)
+	if err != nil {
+		if path != "" {
+			return nil, fmt.Errorf("config %s: %w", path, err)
+		}
+		return nil, err
+	}
+	if err := c.ApplyEnv(lookup); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Parse decodes a YAML document over the defaults, strictly: an unknown key,
+// a value of the wrong type, or more than one document is an error naming
+// the line and key. Empty input gives the defaults. Parse reads no
+// environment variable and does not validate.
+func Parse(data []byte) (*Config, error) {
+	c := Default()
+	if len(bytes.TrimSpace(data)) == 0 {
+		return c, nil
+	}
+	if len(data) > maxConfigBytes {
+		return nil, fmt.Errorf("the config is %d bytes, more than %d", len(data), maxConfigBytes)
+	}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return c, nil
+		}
+		return nil, yamlError(err, nil)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return nil, yamlError(err, nil)
+		}
+		return nil, fmt.Errorf("line %d: a second YAML document; the config is one document", extra.Line)
+	}
+	if len(doc.Content) == 0 { // a document holding only comments
+		return c, nil
+	}
+	if root := doc.Content[0]; root.Kind != yaml.MappingNode {
+		if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+			return c, nil
+		}
+		return nil, fmt.Errorf("line %d: the config must be a map of keys, found a %s", root.Line, kindName(root.Kind))
+	}
+	if err := checkShape(&doc); err != nil {
+		return nil, err
+	}
+	// Decode the node again with KnownFields: Node.Decode does not check keys.
+	strict := yaml.NewDecoder(bytes.NewReader(data))
+	strict.KnownFields(true)
+	if err := strict.Decode(c); err != nil {
+		return nil, yamlError(err, keysByLine(&doc))
+	}
+	return c, nil
+}
+
+// Bounds of a config document. A real config is a few kilobytes; the
+// bounds keep a hostile or broken file from making the decoder work
+// quadratically (it compares every key of a map with every other).
+const (
+	maxConfigBytes = 1 << 20
+	maxMapKeys     = 1000
+)
+
+// checkShape rejects a map with too many keys or a key written twice, naming
+// the line, before the strict decode.
+func checkShape(doc *yaml.Node) error {
+	var err error
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		if err != nil {
+			return
+		}
+		if n.Kind == yaml.MappingNode {
+			if len(n.Content)/2 > maxMapKeys {
+				err = fmt.Errorf("line %d: a map of %d keys, more than %d", n.Line, len(n.Content)/2, maxMapKeys)
+				return
+			}
+			seen := make(map[string]int, len(n.Content)/2)
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := n.Content[i]
+				if k.Kind != yaml.ScalarNode {
+					continue
+				}
+				if first, ok := seen[k.Value]; ok {
+					err = fmt.Errorf("line %d: key %q is repeated (first on line %d)", k.Line, k.Value, first)
+					return
+				}
+				seen[k.Value] = k.Line
+			}
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(doc)
+	return err
+}
+
+var (
+	unknownField = regexp.MustCompile(`^line (\d+): field (.+) not found in type [\w.]+$`)
+	lineError    = regexp.MustCompile(`^line (\d+): (.*)$`)
+)
+
+// yamlError turns the decoder's errors into one line each, joined with "; ",
+// naming the key at each line when lines knows it.
+func yamlError(err error, lines *keyLines) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	msgs := make([]string, 0, len(te.Errors))
+	for _, e := range te.Errors {
+		if m := unknownField.FindStringSubmatch(e); m != nil {
+			key := m[2]
+			if line, _ := strconv.Atoi(m[1]); lines != nil && lines.key[line] != "" {
+				key = lines.key[line]
+			}
+			msgs = append(msgs, fmt.Sprintf("line %s: unknown key %q", m[1], key))
+			continue
+		}
+		if m := lineError.FindStringSubmatch(e); m != nil && lines != nil {
+			line, _ := strconv.Atoi(m[1])
+			collection := strings.Contains(m[2], "!!map") || strings.Contains(m[2], "!!seq")
+			if k := lines.value(line, collection); k != "" {
+				msgs = append(msgs, fmt.Sprintf("line %s: %s: %s", m[1], k, typeMismatch(m[2])))
+				continue
+			}
+		}
+		msgs = append(msgs, e)
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+var cannotUnmarshal = regexp.MustCompile("^cannot unmarshal !!(\\w+) (?:`(.*)` )?into (.+)$")
+
+// typeMismatch rewrites the decoder's "cannot unmarshal !!str `x` into int"
+// in the config's terms: `"x" is not a whole number`.
+func typeMismatch(msg string) string {
+	m := cannotUnmarshal.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	var want string
+	switch m[3] {
+	case "int", "int64":
+		want = "a whole number"
+	case "time.Duration":
+		want = "a duration with a unit (500ms, 5s, 1m30s)"
+	case "bool":
+		want = "true or false"
+	case "string":
+		want = "a string"
+	case "[]string":
+		want = "a list of strings"
+	case "[]config.Broker":
+		want = "a list of brokers"
+	case "[]config.Route":
+		want = "a list of routes"
+	case "config.Broker", "config.Route":
+		want = "a map of keys"
+	default:
+		return msg
+	}
+	found := map[string]string{"seq": "a list", "map": "a map", "null": "nothing"}[m[1]]
+	if m[2] != "" {
+		return fmt.Sprintf("%q is not %s", m[2], want)
+	}
+	if found == "" {
+		found = "a " + m[1]
+	}
+	return fmt.Sprintf("expected %s, found %s", want, found)
+}
+
+// keyLines maps lines of a YAML document to the dotted paths of the keys
+// (brokers[1].url) written there, so decoding errors can name them.
+type keyLines struct {
+	key    map[int]string // the key written on the line
+	nested map[int]string // the key whose map or list value starts on the line
+}
+
+// value names the key whose value is at line: for a map or list value the
+// key whose value starts there, for a scalar the key written there.
+func (l *keyLines) value(line int, collection bool) string {
+	if k, ok := l.nested[line]; ok && (collection || l.key[line] == "") {
+		return k
+	}
+	return l.key[line]
+}
+
+func keysByLine(doc *yaml.Node) *keyLines {
+	l := &keyLines{key: make(map[int]string), nested: make(map[int]string)}
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		if n.Kind != yaml.ScalarNode && path != "" {
+			if _, seen := l.nested[n.Line]; !seen {
+				l.nested[n.Line] = path
+			}
+		}
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				p := k.Value
+				if path != "" {
+					p = path + "." + k.Value
+				}
+				if _, seen := l.key[k.Line]; !seen {
+					l.key[k.Line] = p
+				}
+				walk(v, p)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				p := fmt.Sprintf("%s[%d]", path, i)
+				if _, seen := l.key[c.Line]; !seen && c.Kind == yaml.ScalarNode {
+					l.key[c.Line] = p
+				}
+				walk(c, p)
+			}
+		}
+	}
+	walk(doc, "")
+	return l
+}
+
+// PoolSize is the database pool's bound: DBMaxConns when set, else
+// ConnsPerRelay per relay loop plus SpareConns.
+func (c *Config) PoolSize() int {
+	if c.DBMaxConns > 0 {
+		return c.DBMaxConns
+	}
+	return ConnsPerRelay*max(c.Relays, 1) + SpareConns
+}
+
+// EffectiveBrokers returns the brokers the config names: Brokers, or the one
+// broker of the Broker shorthand.
+func (c *Config) EffectiveBrokers() []Broker {
+	if !c.Broker.IsZero() {
+		return []Broker{{Name: DefaultBrokerName, URL: c.Broker}}
+	}
+	return c.Brokers
+}
+
+// EffectiveDefaultRoute returns DefaultRoute, or, when the config names one
+// broker and has no routes, a default route to that broker; else nil.
+func (c *Config) EffectiveDefaultRoute() *Route {
+	if c.DefaultRoute != nil {
+		return c.DefaultRoute
+	}
+	if b := c.EffectiveBrokers(); len(b) == 1 && len(c.Routes) == 0 {
+		return &Route{Broker: b[0].Name}
+	}
+	return nil
+}
+
+// EffectivePrefix returns the broker's Prefix, or its scheme's default.
+func (b *Broker) EffectivePrefix() string {
+	if b.Prefix != nil {
+		return *b.Prefix
+	}
+	if b.URL.Scheme() == "nats" {
+		return DefaultNATSPrefix
+	}
+	return ""
+}
+
+// EffectiveStream returns the NATS stream name, or DefaultNATSStream.
+func (b *Broker) EffectiveStream() string {
+	if b.Stream != "" {
+		return b.Stream
+	}
+	return DefaultNATSStream
+}
+
+// EffectiveSubjects returns the NATS stream's subjects: Subjects, or the
+// prefix followed by ">" (nil when the prefix is empty too).
+func (b *Broker) EffectiveSubjects() []string {
+	if len(b.Subjects) > 0 {
+		return b.Subjects
+	}
+	if p := b.EffectivePrefix(); p != "" {
+		return []string{p + ">"}
+	}
+	return nil
+}
+
+// EffectiveDuplicateWindow returns the NATS duplicate window, or DefaultDuplicateWindow.
+func (b *Broker) EffectiveDuplicateWindow() time.Duration {
+	if b.DuplicateWindow > 0 {
+		return b.DuplicateWindow
+	}
+	return DefaultDuplicateWindow
+}

@@ -1,0 +1,512 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/outboxkit/outbox"
+)
+
+// noEnv is an empty environment.
+func noEnv(string) (string, bool) { return "", false }
+
+// env returns a lookup over m.
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func loadFile(t *testing.T, name string, lookup func(string) (string, bool)) (*Config, error) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return load(path, data, lookup)
+}
+
+func TestDefault(t *testing.T) {
+	t.Parallel()
+	c := Default()
+	require.Equal(t, DefaultTable, c.Table)
+	require.Equal(t, outbox.DefaultBatchSize, c.BatchSize)
+	require.Equal(t, outbox.DefaultPollInterval, c.PollInterval)
+	require.Equal(t, outbox.DefaultMinPollInterval, c.MinPollInterval)
+	require.Equal(t, outbox.DefaultMaxInFlight, c.MaxInFlight)
+	require.Equal(t, outbox.DefaultMaxAttempts, c.MaxAttempts)
+	require.Equal(t, outbox.DefaultBackoffBase, c.BackoffBase)
+	require.Equal(t, outbox.DefaultBackoffCap, c.BackoffCap)
+	require.Equal(t, outbox.DefaultPublishTimeout, c.PublishTimeout)
+	require.Equal(t, outbox.DefaultLease, c.Lease)
+	require.Equal(t, outbox.DefaultProbeInterval, c.ProbeInterval)
+	require.Equal(t, outbox.DefaultMaxProbeInterval, c.MaxProbeInterval)
+	require.Equal(t, outbox.DefaultMaxPayloadSize, c.MaxPayload)
+	require.Equal(t, 1, c.Relays)
+	require.Equal(t, ConnsPerRelay+SpareConns, c.PoolSize())
+	c.Relays = 4
+	require.Equal(t, 4*ConnsPerRelay+SpareConns, c.PoolSize())
+	c.Relays = 1
+	require.Equal(t, outbox.DeadBlocks, c.RelayDeadPolicy())
+
+	// The defaults are valid once a database and a broker are named.
+	c.DB, c.Broker = NewSecret("sqlite://x.db"), NewSecret("nats://127.0.0.1:4222")
+	require.NoError(t, c.Validate())
+}
+
+func TestLoadGoodFiles(t *testing.T) {
+	t.Parallel()
+	t.Run("Minimal", func(t *testing.T) {
+		t.Parallel()
+		c, err := loadFile(t, "good_minimal.yaml", noEnv)
+		require.NoError(t, err)
+		require.NoError(t, c.Validate())
+		require.Equal(t, "sqlite:///var/lib/outbox/outbox.db", c.DB.Value())
+		require.Equal(t, []Broker{{Name: DefaultBrokerName, URL: NewSecret("nats://127.0.0.1:4222")}}, c.EffectiveBrokers())
+		require.Equal(t, &Route{Broker: DefaultBrokerName}, c.EffectiveDefaultRoute())
+		b := c.EffectiveBrokers()[0]
+		require.Equal(t, DefaultNATSPrefix, b.EffectivePrefix())
+		require.Equal(t, DefaultNATSStream, b.EffectiveStream())
+		require.Equal(t, []string{DefaultNATSPrefix + ">"}, b.EffectiveSubjects())
+		require.Equal(t, DefaultDuplicateWindow, b.EffectiveDuplicateWindow())
+		require.Equal(t, Default().BatchSize, c.BatchSize, "unset keys keep their defaults")
+	})
+	t.Run("Full", func(t *testing.T) {
+		t.Parallel()
+		c, err := loadFile(t, "good_full.yaml", noEnv)
+		require.NoError(t, err)
+		require.NoError(t, c.Validate())
+		prefix := func(s string) *string { return &s }
+		want := &Config{
+			DB:         NewSecret("postgres://outbox:s3cr3t-pw@db.internal:5432/shop?sslmode=disable"),
+			Table:      "events.outbox_message",
+			DBMaxConns: 12,
+			Brokers: []Broker{
+				{Name: "events", URL: NewSecret("nats://nats.internal:4222"), Stream: "ORDERS",
+					Subjects: []string{"orders.>"}, Prefix: prefix("orders."), DuplicateWindow: 15 * time.Minute},
+				{Name: "log", URL: NewSecret("kafka://k1:9092,k2:9092"), Prefix: prefix("shop.")},
+				{Name: "rabbit", URL: NewSecret("amqp://guest:guest@rabbit:5672/"), Exchange: "events"},
+				{Name: "streams", URL: NewSecret("redis://127.0.0.1:6379/0"), MaxLen: 100000, DedupTTL: 24 * time.Hour},
+				{Name: "partners", URL: NewSecret("https://partner.example.com/hooks"),
+					Secret: NewSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), Concurrency: 8, Batch: 50,
+					Headers: map[string]Secret{"Authorization": NewSecret("Bearer hunter2-token")}},
+				{Name: "devices", URL: NewSecret("mqtt://127.0.0.1:1883"), Prefix: prefix("shop/")},
+			},
+			Routes: []Route{
+				{EventType: "PARTNER_*", Broker: "partners"},
+				{AggregateType: "payment", Broker: "rabbit", Topic: "payments.{{.EventType}}"},
+			},
+			DefaultRoute:     &Route{Broker: "events", Topic: "{{.AggregateType}}.{{.EventType}}"},
+			Relays:           3,
+			BatchSize:        250,
+			PollInterval:     500 * time.Millisecond,
+			MinPollInterval:  5 * time.Millisecond,
+			MaxInFlight:      4,
+			MaxAttempts:      8,
+			BackoffBase:      2 * time.Second,
+			BackoffCap:       10 * time.Minute,
+			PublishTimeout:   5 * time.Second,
+			Lease:            time.Minute,
+			ProbeInterval:    time.Second,
+			MaxProbeInterval: time.Minute,
+			Notify:           true,
+			DeleteSent:       true,
+			Ordering:         true,
+			DeadPolicy:       "skip",
+			MaxPayload:       262144,
+			LogLevel:         "debug",
+			LogFormat:        "text",
+			Name:             "orders-relay",
+			HTTP:             ":9090",
+			StatsInterval:    30 * time.Second,
+			TraceExporter:    "otlp",
+			TraceEndpoint:    "http://otel:4318",
+		}
+		require.Equal(t, want, c)
+		require.Equal(t, 12, c.PoolSize())
+		require.Equal(t, outbox.DeadSkips, c.RelayDeadPolicy())
+		require.Equal(t, "", c.Brokers[2].EffectivePrefix(), "only nats has a default prefix")
+		for _, printed := range []string{fmt.Sprintf("%v", c), fmt.Sprintf("%+v", *c), string(mustMarshal(t, c)), mustJSON(t, c)} {
+			for _, secret := range []string{"s3cr3t-pw", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "hunter2-token", "guest:guest"} {
+				require.NotContains(t, printed, secret, "a printed config shows no secret")
+			}
+		}
+	})
+	t.Run("CommentsOnly", func(t *testing.T) {
+		t.Parallel()
+		c, err := loadFile(t, "good_comments_only.yaml", noEnv)
+		require.NoError(t, err)
+		require.Equal(t, Default(), c)
+	})
+}
+
+func TestLoadBadFiles(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		file string
+		want string // the whole error after "config testdata/FILE: "
+	}{
+		{"bad_unknown_key.yaml", `line 3: unknown key "batch_sise"`},
+		{"bad_unknown_nested_key.yaml", `line 5: unknown key "brokers[0].strem"`},
+		{"bad_wrong_type.yaml", `line 3: batch_size: "lots" is not a whole number`},
+		{"bad_duration_number.yaml", `line 2: poll_interval: "5" is not a duration with a unit (500ms, 5s, 1m30s)`},
+		{"bad_list_for_string.yaml", `line 3: table: expected a string, found a list`},
+		{"bad_malformed.yaml", `line 2: did not find expected '-' indicator`},
+		{"bad_two_documents.yaml", `line 2: a second YAML document; the config is one document`},
+		{"bad_not_a_map.yaml", `line 1: the config must be a map of keys, found a list`},
+	} {
+		t.Run(strings.TrimSuffix(tc.file, ".yaml"), func(t *testing.T) {
+			t.Parallel()
+			c, err := loadFile(t, tc.file, noEnv)
+			require.Nil(t, c)
+			require.EqualError(t, err, "config "+filepath.Join("testdata", tc.file)+": "+tc.want)
+			require.NotContains(t, err.Error(), "\n", "one line")
+		})
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	t.Parallel()
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.ErrorContains(t, err, "read config")
+}
+
+func TestParseMore(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, yaml, wantErr string
+	}{
+		{"Empty", "", ""},
+		{"Null", "~\n", ""},
+		{"Scalar", "hello\n", "line 1: the config must be a map of keys, found a value"},
+		{"SecretAsMap", "db:\n  host: x\n", "line 2: expected a string, found a map"},
+		{"BoolWrongType", "ordering: maybe\n", `line 1: ordering: "maybe" is not true or false`},
+		{"BrokersNotAList", "brokers: nats://x\n", `line 1: brokers: "nats://x" is not a list of brokers`},
+		{"DefaultRouteNotAMap", "default_route: [a]\n", "line 1: default_route: expected a map of keys, found a list"},
+		{"SubjectsNotAList", "brokers:\n  - name: a\n    subjects: x\n", `line 3: brokers[0].subjects: "x" is not a list of strings`},
+		{"SeveralErrors", "batch_size: a\nrelays: b\n",
+			`line 1: batch_size: "a" is not a whole number; line 2: relays: "b" is not a whole number`},
+		{"NumberAsSecret", "db: 12345\n", ""},
+		{"RepeatedKey", "relays: 1\nbatch_size: 2\nrelays: 3\n", `line 3: key "relays" is repeated (first on line 1)`},
+		{"RepeatedNestedKey", "brokers:\n  - name: a\n    name: b\n", `line 3: key "name" is repeated (first on line 2)`},
+		{"ManyKeys", strings.Repeat("x: 1\n", 20000), "line 1: a map of 20000 keys, more than 1000"},
+		{"TooBig", "# " + strings.Repeat("x", 1<<20) + "\n", "the config is 1048579 bytes, more than 1048576"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := Parse([]byte(tc.yaml))
+			if tc.wantErr != "" {
+				require.EqualError(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.NotNil(t, c)
+		})
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	t.Parallel()
+	c, err := loadFile(t, "invalid_values.yaml", noEnv)
+	require.NoError(t, err)
+	err = c.Validate()
+	require.Error(t, err)
+	var lines []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		lines = append(lines, e.Error())
+	}
+	require.Equal(t, []string{
+		`db: unknown scheme "oracle"; want postgres://, postgresql://, sqlite://, mysql://`,
+		`table: "x; drop table y" is not a valid table name (letters, digits and underscores, optionally schema.table)`,
+		`brokers[0].exchange: applies to amqp://, amqps:// only, not nats://`,
+		`brokers[1].name: "events" is used by another broker`,
+		`brokers[1].url: unknown scheme "carrier-pigeon"; want nats://, kafka://, amqp://, amqps://, redis://, rediss://, http://, https://, mqtt://, mqtts://`,
+		`routes[0].broker: no broker is named "nowhere"`,
+		`routes[0].event_type: "ORDER_[" is not a valid pattern (* and ? wildcards, [a-z] classes)`,
+		`relays: 0 is not between 1 and 256`,
+		`batch_size: 0 is not between 1 and 100000`,
+		`lease: 1s is shorter than twice publish_timeout (3s)`,
+		`dead_policy: "sometimes" is not block or skip`,
+		`log_format: "xml" is not text or json`,
+	}, lines)
+	require.NotContains(t, err.Error(), "tiger", "the password never shows")
+}
+
+func TestValidateCases(t *testing.T) {
+	t.Parallel()
+	valid := func() *Config {
+		c := Default()
+		c.DB = NewSecret("postgres://u:pw@localhost/db")
+		c.Broker = NewSecret("nats://127.0.0.1:4222")
+		return c
+	}
+	empty := ""
+	for _, tc := range []struct {
+		name   string
+		change func(c *Config)
+		want   string // "" = valid
+	}{
+		{"Valid", func(c *Config) {}, ""},
+		{"NoDB", func(c *Config) { c.DB = Secret{} }, "db: required: the database URL (--db, OUTBOX_DB, or db: in the config file)"},
+		{"DBNotAURL", func(c *Config) { c.DB = NewSecret("user:pw@tcp(host)/db") },
+			`db: "user:REDACTED@tcp(host)/db" is not a URL; want postgres://, postgresql://, sqlite://, mysql://`},
+		{"SQLiteNoPath", func(c *Config) { c.DB = NewSecret("sqlite://") }, "db: sqlite:// needs a file path"},
+		{"MySQL", func(c *Config) { c.DB = NewSecret("mysql://root@127.0.0.1:3306/test") }, ""},
+		{"SchemaTable", func(c *Config) { c.Table = "app.outbox" }, ""},
+		{"TableTooDeep", func(c *Config) { c.Table = "a.b.c" }, `table: "a.b.c" is not a valid table name`},
+		{"TableQuote", func(c *Config) { c.Table = `out"box` }, `table: "out\"box" is not a valid table name`},
+		{"NegativePool", func(c *Config) { c.DBMaxConns = -1 }, "db_max_conns: -1 is negative"},
+		{"NoBroker", func(c *Config) { c.Broker = Secret{} }, "broker: required: a broker URL"},
+		{"BrokerAndBrokers", func(c *Config) { c.Brokers = []Broker{{Name: "x", URL: NewSecret("nats://h")}} },
+			"broker: set either broker (one broker) or brokers (a list), not both"},
+		{"UnknownBrokerScheme", func(c *Config) { c.Broker = NewSecret("sqs://queue") }, `broker.url: unknown scheme "sqs"`},
+		{"TwoBrokersNoRoutes", func(c *Config) {
+			c.Broker = Secret{}
+			c.Brokers = []Broker{{Name: "a", URL: NewSecret("nats://h")}, {Name: "b", URL: NewSecret("kafka://h")}}
+		}, "routes: 2 brokers but no routes and no default_route"},
+		{"BrokerWithoutName", func(c *Config) {
+			c.Broker = Secret{}
+			c.Brokers = []Broker{{URL: NewSecret("nats://h")}}
+		}, "brokers[0].name: required"},
+		{"NATSEmptyPrefixNoSubjects", func(c *Config) {
+			c.Broker = Secret{}
+			c.Brokers = []Broker{{Name: "a", URL: NewSecret("nats://h"), Prefix: &empty}}
+		}, "brokers[0].subjects: required when prefix is empty"},
+		{"NATSBadStream", func(c *Config) {
+			c.Broker = Secret{}
+			c.Brokers = []Broker{{Name: "a", URL: NewSecret("nats://h"), Stream: "a.b"}}
+		}, `brokers[0].stream: "a.b" is not a valid stream name`},
+		{"WebhookPrefix", func(c *Config) {
+			c.Broker = Secret{}
+			c.Brokers = []Broker{{Name: "a", URL: NewSecret("https://h/x"), Prefix: &empty}}
+		}, "brokers[0].prefix: applies to nats://, kafka://, amqp://, amqps://, redis://, rediss://, mqtt://, mqtts:// only, not https://"},
+		{"WebhookOptionsOnNATS", func(c *Config) {
+			c.Broker = Secret{}
+			c.Brokers = []Broker{{Name: "a", URL: NewSecret("nats://h"), Batch: 5, Headers: map[string]Secret{"X": {}}}}
+		}, "brokers[0].batch: applies to http://, https:// only, not nats://\nbrokers[0].headers: applies to http://, https:// only, not nats://"},
+		{"BadHeaderName", func(c *Config) {
+			c.Broker = Secret{}
+			c.Brokers = []Broker{{Name: "a", URL: NewSecret("https://h/x"), Headers: map[string]Secret{"X Y": {}}}}
+		}, `brokers[0].headers: "X Y" is not a header name`},
+		{"RouteMatchesNothing", func(c *Config) { c.Routes = []Route{{Broker: "default"}} },
+			"routes[0]: needs event_type or aggregate_type"},
+		{"DefaultRouteWithMatcher", func(c *Config) { c.DefaultRoute = &Route{Broker: "default", EventType: "X"} },
+			"default_route: takes what no route matched"},
+		{"RouteToShorthandBroker", func(c *Config) {
+			c.Routes = []Route{{EventType: "ORDER_*", Broker: "default", Topic: "orders.{{.EventType}}"}}
+			c.DefaultRoute = &Route{Broker: "default"}
+		}, ""},
+		{"BackoffCapBelowBase", func(c *Config) { c.BackoffCap = time.Millisecond }, "backoff_cap: 1ms is below backoff_base (1s)"},
+		{"ZeroPoll", func(c *Config) { c.PollInterval = 0 }, "poll_interval: 0s is not positive"},
+		{"ZeroAttempts", func(c *Config) { c.MaxAttempts = 0 }, "max_attempts: 0 is less than 1"},
+		{"ProbeRange", func(c *Config) { c.MaxProbeInterval = time.Millisecond }, "max_probe_interval: 1ms is below probe_interval (2s)"},
+		{"NegativePayload", func(c *Config) { c.MaxPayload = -1 }, "max_payload: -1 is negative"},
+		{"LogLevel", func(c *Config) { c.LogLevel = "verbose" }, `log_level: "verbose" is not debug, info, warn or error`},
+		{"HTTPAddr", func(c *Config) { c.HTTP = "9090" }, `http: "9090" is not an address like :9090`},
+		{"NotifyPostgres", func(c *Config) { c.Notify = true }, ""},
+		{"NotifySQLite", func(c *Config) { c.Notify = true; c.DB = NewSecret("sqlite://x.db") }, "notify: applies to postgres:// only, not sqlite://"},
+		{"BadName", func(c *Config) { c.Name = "my relay" }, `name: "my relay" is not a valid name`},
+		{"StatsInterval", func(c *Config) { c.StatsInterval = 0 }, "stats_interval: 0s is not positive"},
+		{"TraceExporter", func(c *Config) { c.TraceExporter = "jaeger" }, `trace_exporter: "jaeger" is not none, stdout or otlp`},
+		{"TraceEndpointWithoutOTLP", func(c *Config) { c.TraceEndpoint = "http://x" }, `trace_endpoint: applies to trace_exporter otlp only, not "none"`},
+		{"OTLP", func(c *Config) { c.TraceExporter, c.TraceEndpoint = "otlp", "http://x:4318" }, ""},
+		{"MinPoll", func(c *Config) { c.MinPollInterval = 0 }, "min_poll_interval: 0s is less than 1ms"},
+		{"InFlight", func(c *Config) { c.MaxInFlight = 65 }, "max_in_flight: 65 is not between 1 and 64"},
+		{"TooManyRelays", func(c *Config) { c.Relays = 1000 }, "relays: 1000 is not between 1 and 256"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := valid()
+			tc.change(c)
+			err := c.Validate()
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestValidateDBOnly(t *testing.T) {
+	t.Parallel()
+	c := Default()
+	c.DB = NewSecret("sqlite://x.db")
+	require.NoError(t, c.ValidateDB(), "migrate and status need no broker")
+	require.Error(t, c.Validate())
+	c.Table = "x; drop table y"
+	require.ErrorContains(t, c.ValidateDB(), "table:")
+}
+
+func TestApplyEnv(t *testing.T) {
+	t.Parallel()
+	c, err := loadFile(t, "good_full.yaml", env(map[string]string{
+		"OUTBOX_BATCH_SIZE":    "7",
+		"OUTBOX_POLL_INTERVAL": "250ms",
+		"OUTBOX_DELETE_SENT":   "false",
+		"OUTBOX_TABLE":         "other",
+		"OUTBOX_DB":            "sqlite://env.db",
+		"OUTBOX_MAX_ATTEMPTS":  "", // empty: ignored for a number
+		"OUTBOX_HTTP":          "", // empty: counts for a string
+		"OUTBOX_UNRELATED":     "x",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, 7, c.BatchSize, "env beats file")
+	require.Equal(t, 250*time.Millisecond, c.PollInterval)
+	require.False(t, c.DeleteSent)
+	require.Equal(t, "other", c.Table)
+	require.Equal(t, "sqlite://env.db", c.DB.Value())
+	require.Equal(t, 8, c.MaxAttempts, "the file's value stays")
+	require.Equal(t, "", c.HTTP)
+	require.Equal(t, "text", c.LogFormat, "no variable: the file's value")
+
+	for _, tc := range []struct{ env, value, want string }{
+		{"OUTBOX_BATCH_SIZE", "ten", `OUTBOX_BATCH_SIZE: "ten" is not a whole number`},
+		{"OUTBOX_LEASE", "30", `OUTBOX_LEASE: "30" is not a duration (like 500ms, 2s, 1m30s)`},
+		{"OUTBOX_ORDERING", "yes please", `OUTBOX_ORDERING: "yes please" is not true or false`},
+	} {
+		_, err := load("", nil, env(map[string]string{tc.env: tc.value}))
+		require.EqualError(t, err, tc.want)
+	}
+}
+
+func TestSettings(t *testing.T) {
+	t.Parallel()
+	s := Settings()
+	byKey := make(map[string]Setting, len(s))
+	for _, st := range s {
+		byKey[st.Key] = st
+		require.Equal(t, strings.ReplaceAll(st.Key, "_", "-"), st.Flag)
+		require.Equal(t, "OUTBOX_"+strings.ToUpper(st.Key), st.Env)
+		require.NotEmpty(t, st.Usage, st.Key)
+		c := Default()
+		if st.Default != "" {
+			require.NoError(t, c.Set(st.Key, st.Default), "%s: its default parses", st.Key)
+			require.Equal(t, Default(), c, "%s: setting the default changes nothing", st.Key)
+		}
+	}
+	for _, key := range []string{"db", "broker", "table", "batch_size", "poll_interval", "max_attempts",
+		"backoff_base", "backoff_cap", "publish_timeout", "lease", "notify", "delete_sent", "min_poll_interval", "max_in_flight", "ordering", "dead_policy",
+		"max_payload", "log_level", "log_format", "relays", "db_max_conns", "http", "name", "stats_interval",
+		"trace_exporter", "trace_endpoint"} {
+		require.Contains(t, byKey, key)
+	}
+	require.Equal(t, "100", byKey["batch_size"].Default)
+	require.Equal(t, "1s", byKey["poll_interval"].Default)
+	require.True(t, byKey["delete_sent"].Bool)
+
+	// Every YAML key of Config that is a scalar is a setting, and the reverse.
+	var yamlKeys []string
+	for _, line := range strings.Split(string(mustMarshal(t, Default())), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(line, " ") && v != "" && strings.TrimSpace(v) != "[]" {
+			yamlKeys = append(yamlKeys, k)
+		}
+	}
+	for _, k := range yamlKeys {
+		if k == "default_route" {
+			continue
+		}
+		require.Contains(t, byKey, k, "YAML key %s has no flag or variable", k)
+	}
+	require.EqualError(t, Default().Set("nope", "1"), `unknown setting "nope"`)
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	require.NoError(t, err)
+	return b
+}
+
+func TestSecretRedacts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{"", ""},
+		{"postgres://outbox:hunter2@db:5432/shop?sslmode=disable", "postgres://outbox:REDACTED@db:5432/shop?sslmode=disable"},
+		{"postgres://db:5432/shop?password=hunter2&sslmode=require", "postgres://db:5432/shop?password=REDACTED&sslmode=require"},
+		{"amqp://guest:hunter2@rabbit:5672/", "amqp://guest:REDACTED@rabbit:5672/"},
+		{"https://h/hook?token=hunter2", "https://h/hook?token=REDACTED"},
+		{"sqlite:///var/lib/outbox.db", "sqlite:///var/lib/outbox.db"},
+		{"nats://a:4222,nats://b:4222", "nats://a:4222,nats://b:4222"},
+		{"nats://u:hunter2@a:4222,nats://u:hunter2@b:4222", "nats://u:REDACTED@a:4222,nats://u:REDACTED@b:4222"},
+		{"kafka://u:hunter2@k1:9092,k2:9092?sasl=plain", "kafka://u:REDACTED@k1:9092,k2:9092?sasl=plain"},
+		{"postgres://u:hun,ter2@h/db", "postgres://REDACTED,REDACTED@h/db"},
+		{"kafka://k1,k2?password=hunter2", "kafka://k1,k2?password=REDACTED"},
+		{"postgres://u:hunter2@h:notaport/db", "postgres://REDACTED"}, // does not parse: masked after the scheme
+		{"root:hunter2@tcp(127.0.0.1:3306)/test", "root:REDACTED@tcp(127.0.0.1:3306)/test"},
+		{"whsec_hunter2", "REDACTED"},
+		{"postgres://u:p%40ss@h/db", "postgres://u:REDACTED@h/db"},
+	} {
+		s := NewSecret(tc.in)
+		require.Equal(t, tc.want, s.Redacted(), tc.in)
+		require.Equal(t, tc.in, s.Value())
+		for _, printed := range []string{
+			s.String(), fmt.Sprint(s), fmt.Sprintf("%v %s %+v", s, s, s), fmt.Sprintf("%#v", s),
+			fmt.Sprint(struct{ DB Secret }{s}), string(mustMarshal(t, s)), mustJSON(t, s), logged(s),
+		} {
+			for _, pw := range []string{"hunter2", "hun", "ter2"} {
+				if strings.Contains(tc.in, pw) {
+					require.NotContains(t, printed, pw)
+				}
+			}
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func logged(s Secret) string {
+	var b strings.Builder
+	slog.New(slog.NewTextHandler(&b, nil)).Info("x", "dsn", s)
+	return b.String()
+}
+
+func TestSecretScheme(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"POSTGRES://x": "postgres", "sqlite://x": "sqlite", "x": "", "://x": "", "a b://x": "", "": "",
+	} {
+		require.Equal(t, want, NewSecret(in).Scheme(), in)
+	}
+}
+
+func TestErrorsNeverLeakDBPassword(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte("db: carrier://u:hunter2@h/db\ntable: 'bad name'\n"))
+	require.NoError(t, err)
+	err = c.Validate()
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "hunter2")
+}
+
+// The example file in the package documentation parses and validates.
+func TestDocExample(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	_, example, ok := strings.Cut(string(doc), "# Example file\n//\n")
+	require.True(t, ok)
+	var lines []string
+	for _, l := range strings.Split(example, "\n") {
+		if y, ok := strings.CutPrefix(l, "//\t"); ok {
+			lines = append(lines, y)
+		}
+	}
+	c, err := Parse([]byte(strings.Join(lines, "\n")))
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	require.Len(t, c.Brokers, 2)
+	require.Equal(t, "shop-relay", c.Name)
+}

@@ -1,0 +1,291 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox"
+)
+
+// DBSchemes are the URL schemes of the databases the daemon opens.
+var DBSchemes = []string{"postgres", "postgresql", "sqlite", "mysql"}
+
+// BrokerSchemes are the URL schemes of the brokers the daemon publishes to.
+var BrokerSchemes = []string{"nats", "kafka", "amqp", "amqps", "redis", "rediss", "http", "https", "mqtt", "mqtts"}
+
+var (
+	// tableName is a table or schema.table of plain SQL identifiers.
+	tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
+	// brokerName is what a route may call a broker.
+	brokerName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+	// streamName is a JetStream stream name: no spaces, dots or wildcards.
+	streamName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
+)
+
+// problems collects validation errors, each naming its key.
+type problems []error
+
+func (p *problems) add(key, format string, args ...any) {
+	*p = append(*p, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+}
+
+// Validate checks everything `outbox relay` needs and reports every problem
+// at once (errors.Join), each naming its key, e.g. "batch_size: 0 is not
+// between 1 and 100000". Topic templates are checked by the router the
+// daemon builds (internal/daemon.New), which knows their functions.
+func (c *Config) Validate() error {
+	var p problems
+	c.validateDB(&p)
+	c.validateBrokers(&p)
+	c.validateRelay(&p)
+	return errors.Join(p...)
+}
+
+// ValidateDB checks only what `outbox migrate` and `outbox status` need: the
+// database URL and the table name.
+func (c *Config) ValidateDB() error {
+	var p problems
+	c.validateDB(&p)
+	return errors.Join(p...)
+}
+
+func (c *Config) validateDB(p *problems) {
+	switch s := c.DB.Scheme(); {
+	case c.DB.IsZero():
+		p.add("db", "required: the database URL (--db, %s, or db: in the config file)", envOf("db"))
+	case s == "":
+		p.add("db", "%q is not a URL; want %s", c.DB.Redacted(), schemeList(DBSchemes))
+	case !slices.Contains(DBSchemes, s):
+		p.add("db", "unknown scheme %q; want %s", s, schemeList(DBSchemes))
+	case s == "sqlite" && strings.TrimPrefix(c.DB.Value()[len(s)+3:], "/") == "":
+		p.add("db", "sqlite:// needs a file path, e.g. sqlite:///var/lib/outbox.db or sqlite://outbox.db")
+	}
+	if !tableName.MatchString(c.Table) {
+		p.add("table", "%q is not a valid table name (letters, digits and underscores, optionally schema.table)", c.Table)
+	}
+	if c.DBMaxConns < 0 {
+		p.add("db_max_conns", "%d is negative", c.DBMaxConns)
+	}
+}
+
+func (c *Config) validateBrokers(p *problems) {
+	if !c.Broker.IsZero() && len(c.Brokers) > 0 {
+		p.add("broker", "set either broker (one broker) or brokers (a list), not both")
+		return
+	}
+	brokers := c.EffectiveBrokers()
+	if len(brokers) == 0 {
+		p.add("broker", "required: a broker URL (--broker, %s, or broker: or brokers: in the config file)", envOf("broker"))
+		return
+	}
+	names := make(map[string]bool, len(brokers))
+	for i, b := range brokers {
+		key := fmt.Sprintf("brokers[%d]", i)
+		if !c.Broker.IsZero() {
+			key = "broker"
+		}
+		switch {
+		case b.Name == "":
+			p.add(key+".name", "required")
+		case !brokerName.MatchString(b.Name):
+			p.add(key+".name", "%q is not a valid name (letters, digits, '_', '.', '-')", b.Name)
+		case names[b.Name]:
+			p.add(key+".name", "%q is used by another broker", b.Name)
+		}
+		names[b.Name] = true
+		validateBroker(p, key, &b)
+	}
+
+	for i, r := range c.Routes {
+		key := fmt.Sprintf("routes[%d]", i)
+		if r.EventType == "" && r.AggregateType == "" {
+			p.add(key, "needs event_type or aggregate_type (default_route takes everything else)")
+		}
+		validateRoute(p, key, &r, names)
+	}
+	if r := c.DefaultRoute; r != nil {
+		if r.EventType != "" || r.AggregateType != "" {
+			p.add("default_route", "takes what no route matched: it has no event_type or aggregate_type")
+		}
+		validateRoute(p, "default_route", r, names)
+	}
+	if len(brokers) > 1 && len(c.Routes) == 0 && c.DefaultRoute == nil {
+		p.add("routes", "%d brokers but no routes and no default_route: say which messages go where", len(brokers))
+	}
+}
+
+func validateBroker(p *problems, key string, b *Broker) {
+	scheme := b.URL.Scheme()
+	switch {
+	case b.URL.IsZero():
+		p.add(key+".url", "required")
+		return
+	case scheme == "":
+		p.add(key+".url", "%q is not a URL; want %s", b.URL.Redacted(), schemeList(BrokerSchemes))
+		return
+	case !slices.Contains(BrokerSchemes, scheme):
+		p.add(key+".url", "unknown scheme %q; want %s", scheme, schemeList(BrokerSchemes))
+		return
+	}
+	only := func(set bool, option string, schemes ...string) {
+		if set && !slices.Contains(schemes, scheme) {
+			p.add(key+"."+option, "applies to %s only, not %s://", schemeList(schemes), scheme)
+		}
+	}
+	only(b.Prefix != nil, "prefix", "nats", "kafka", "amqp", "amqps", "redis", "rediss", "mqtt", "mqtts")
+	only(b.Stream != "", "stream", "nats")
+	only(len(b.Subjects) > 0, "subjects", "nats")
+	only(b.DuplicateWindow != 0, "duplicate_window", "nats")
+	only(b.Exchange != "", "exchange", "amqp", "amqps")
+	only(b.MaxLen != 0, "max_len", "redis", "rediss")
+	only(b.DedupTTL != 0, "dedup_ttl", "redis", "rediss")
+	only(!b.Secret.IsZero(), "secret", "http", "https")
+	only(b.Concurrency != 0, "concurrency", "http", "https")
+	only(b.Batch != 0, "batch", "http", "https")
+	only(len(b.Headers) > 0, "headers", "http", "https")
+
+	if scheme == "nats" {
+		if b.Stream != "" && !streamName.MatchString(b.Stream) {
+			p.add(key+".stream", "%q is not a valid stream name (letters, digits, '_', '-')", b.Stream)
+		}
+		if len(b.EffectiveSubjects()) == 0 {
+			p.add(key+".subjects", "required when prefix is empty: the subjects the stream captures")
+		}
+		for j, s := range b.Subjects {
+			if s == "" || strings.ContainsAny(s, " \t") {
+				p.add(fmt.Sprintf("%s.subjects[%d]", key, j), "%q is not a valid subject", s)
+			}
+		}
+		if b.DuplicateWindow < 0 {
+			p.add(key+".duplicate_window", "%v is negative", b.DuplicateWindow)
+		}
+	}
+	if b.MaxLen < 0 {
+		p.add(key+".max_len", "%d is negative", b.MaxLen)
+	}
+	if b.DedupTTL < 0 {
+		p.add(key+".dedup_ttl", "%v is negative", b.DedupTTL)
+	}
+	if b.Concurrency < 0 {
+		p.add(key+".concurrency", "%d is negative", b.Concurrency)
+	}
+	if b.Batch < 0 {
+		p.add(key+".batch", "%d is negative", b.Batch)
+	}
+	for name := range b.Headers {
+		if name == "" || strings.ContainsAny(name, " \t\r\n:") {
+			p.add(key+".headers", "%q is not a header name", name)
+		}
+	}
+}
+
+func validateRoute(p *problems, key string, r *Route, brokers map[string]bool) {
+	switch {
+	case r.Broker == "":
+		p.add(key+".broker", "required: the name of a broker")
+	case !brokers[r.Broker]:
+		p.add(key+".broker", "no broker is named %q", r.Broker)
+	}
+	for _, m := range []struct{ name, pattern string }{{"event_type", r.EventType}, {"aggregate_type", r.AggregateType}} {
+		if _, err := path.Match(m.pattern, ""); err != nil {
+			p.add(key+"."+m.name, "%q is not a valid pattern (* and ? wildcards, [a-z] classes)", m.pattern)
+		}
+	}
+}
+
+func (c *Config) validateRelay(p *problems) {
+	if c.Relays < 1 || c.Relays > 256 {
+		p.add("relays", "%d is not between 1 and 256", c.Relays)
+	}
+	if c.BatchSize < 1 || c.BatchSize > 100_000 {
+		p.add("batch_size", "%d is not between 1 and 100000", c.BatchSize)
+	}
+	if c.MinPollInterval < time.Millisecond {
+		p.add("min_poll_interval", "%v is less than 1ms", c.MinPollInterval)
+	}
+	if c.MaxInFlight < 1 || c.MaxInFlight > 64 {
+		p.add("max_in_flight", "%d is not between 1 and 64", c.MaxInFlight)
+	}
+	if c.MaxAttempts < 1 {
+		p.add("max_attempts", "%d is less than 1", c.MaxAttempts)
+	}
+	for _, d := range []struct {
+		key string
+		v   any
+		ok  bool
+	}{
+		{"poll_interval", c.PollInterval, c.PollInterval > 0},
+		{"backoff_base", c.BackoffBase, c.BackoffBase > 0},
+		{"publish_timeout", c.PublishTimeout, c.PublishTimeout > 0},
+		{"probe_interval", c.ProbeInterval, c.ProbeInterval > 0},
+	} {
+		if !d.ok {
+			p.add(d.key, "%v is not positive", d.v)
+		}
+	}
+	if c.BackoffBase > 0 && c.BackoffCap < c.BackoffBase {
+		p.add("backoff_cap", "%v is below backoff_base (%v)", c.BackoffCap, c.BackoffBase)
+	}
+	if c.PublishTimeout > 0 && c.Lease < 2*c.PublishTimeout {
+		p.add("lease", "%v is shorter than twice publish_timeout (%v)", c.Lease, c.PublishTimeout)
+	}
+	if c.ProbeInterval > 0 && c.MaxProbeInterval < c.ProbeInterval {
+		p.add("max_probe_interval", "%v is below probe_interval (%v)", c.MaxProbeInterval, c.ProbeInterval)
+	}
+	if s := c.DB.Scheme(); c.Notify && s != "" && s != "postgres" && s != "postgresql" {
+		p.add("notify", "applies to postgres:// only, not %s://", s)
+	}
+	if c.DeadPolicy != "block" && c.DeadPolicy != "skip" {
+		p.add("dead_policy", "%q is not block or skip", c.DeadPolicy)
+	}
+	if c.MaxPayload < 0 {
+		p.add("max_payload", "%d is negative (0 means no limit)", c.MaxPayload)
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
+		p.add("log_level", "%q is not debug, info, warn or error", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		p.add("log_format", "%q is not text or json", c.LogFormat)
+	}
+	if !brokerName.MatchString(c.Name) {
+		p.add("name", "%q is not a valid name (letters, digits, '_', '.', '-')", c.Name)
+	}
+	if c.StatsInterval <= 0 {
+		p.add("stats_interval", "%v is not positive", c.StatsInterval)
+	}
+	if !slices.Contains([]string{"none", "stdout", "otlp"}, c.TraceExporter) {
+		p.add("trace_exporter", "%q is not none, stdout or otlp", c.TraceExporter)
+	}
+	if c.TraceEndpoint != "" && c.TraceExporter != "otlp" {
+		p.add("trace_endpoint", "applies to trace_exporter otlp only, not %q", c.TraceExporter)
+	}
+	if c.HTTP != "" {
+		if _, _, err := net.SplitHostPort(c.HTTP); err != nil {
+			p.add("http", "%q is not an address like :9090 or 127.0.0.1:9090", c.HTTP)
+		}
+	}
+}
+
+// RelayDeadPolicy returns DeadPolicy as the outbox package's value.
+func (c *Config) RelayDeadPolicy() outbox.DeadPolicy {
+	if c.DeadPolicy == "skip" {
+		return outbox.DeadSkips
+	}
+	return outbox.DeadBlocks
+}
+
+func envOf(key string) string { return EnvPrefix + strings.ToUpper(key) }
+
+func schemeList(schemes []string) string {
+	out := make([]string, len(schemes))
+	for i, s := range schemes {
+		out[i] = s + "://"
+	}
+	return strings.Join(out, ", ")
+}

@@ -1,0 +1,275 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/config"
+	"github.com/outboxkit/outbox/metrics"
+	"github.com/outboxkit/outbox/tracing"
+)
+
+// ErrRunTwice is returned by [Daemon.Run] when it is called a second time.
+var ErrRunTwice = errors.New("daemon: Run called twice")
+
+// Daemon is the relay process: one database pool, the brokers, the routing
+// between them, N relay loops, and an optional HTTP server with metrics and
+// health checks. It is built by [New] and run once by [Daemon.Run]. Its
+// methods are safe for concurrent use.
+type Daemon struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	opts    options
+	ran     atomic.Bool
+	ready   chan struct{}
+	httpURL atomic.Pointer[string]
+}
+
+// Option configures a [Daemon].
+type Option func(*options)
+
+type options struct {
+	hooks    []any
+	handlers map[string]http.Handler
+	stdout   io.Writer
+}
+
+// WithRelayHooks adds observers to every relay loop (outbox.WithHooks),
+// besides the daemon's own metrics. Default: none.
+func WithRelayHooks(hooks ...any) Option {
+	return func(o *options) { o.hooks = append(o.hooks, hooks...) }
+}
+
+// WithHandler mounts h on the HTTP server at pattern (an http.ServeMux
+// pattern such as "GET /debug/vars"), beside /metrics, /healthz and /readyz.
+// It has an effect only when the config names an HTTP address. Default: none.
+func WithHandler(pattern string, h http.Handler) Option {
+	return func(o *options) {
+		if o.handlers == nil {
+			o.handlers = make(map[string]http.Handler)
+		}
+		o.handlers[pattern] = h
+	}
+}
+
+// WithStdout sets where the stdout trace exporter writes. Default: os.Stdout.
+func WithStdout(w io.Writer) Option { return func(o *options) { o.stdout = w } }
+
+// New checks cfg (see [config.Config.Validate]) and its routes (patterns and
+// topic templates, as publisher/router checks them) and returns a Daemon
+// that will run it, logging to logger (nil discards). New does no I/O:
+// [Daemon.Run] connects. The Daemon keeps cfg; don't change it afterwards.
+func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Daemon, error) {
+	if cfg == nil {
+		return nil, errors.New("daemon: nil config")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkRoutes(cfg); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	d := &Daemon{cfg: cfg, log: logger, ready: make(chan struct{})}
+	for _, o := range opts {
+		o(&d.opts)
+	}
+	return d, nil
+}
+
+// Ready is closed once Run has connected to the database and the brokers
+// and started the relays (and the HTTP server).
+func (d *Daemon) Ready() <-chan struct{} { return d.ready }
+
+// HTTPURL returns the base URL of the HTTP server ("http://127.0.0.1:9090")
+// once Ready is closed, or "" when there is none.
+func (d *Daemon) HTTPURL() string {
+	if u := d.httpURL.Load(); u != nil {
+		return *u
+	}
+	return ""
+}
+
+// Run opens the database (a pool of its own, bounded by
+// config.Config.PoolSize) and the brokers, checks that each answers, and runs
+// the relay loops until ctx is cancelled. Then each relay finishes the batch
+// in flight (publishing it within the publish timeout and acknowledging it)
+// and claims nothing new, the HTTP server stops, and Run flushes the traces,
+// closes what it opened and returns nil. It returns an error, closing what it
+// opened, when the database or a broker cannot be reached at the start, or
+// when the HTTP server cannot listen. Run may be called once.
+//
+// With an HTTP address, the relays report to Prometheus metrics (package
+// metrics: one relay label, config.Config.Name, for all loops), the
+// publisher is timed, and the table's backlog is read every StatsInterval.
+// With a trace exporter, each publish gets a span (package tracing).
+func (d *Daemon) Run(ctx context.Context) error {
+	if !d.ran.CompareAndSwap(false, true) {
+		return ErrRunTwice
+	}
+	cfg := d.cfg
+	tp, shutdownTraces, err := tracing.Setup(ctx, tracing.Config{Exporter: cfg.TraceExporter,
+		Endpoint: cfg.TraceEndpoint, ServiceName: "outbox-relay", Stdout: d.opts.stdout})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdownTraces(sctx); err != nil {
+			d.log.Warn("flush traces failed", "error", err.Error())
+		}
+	}()
+
+	db, err := OpenDB(ctx, cfg.DB, DBParams{Table: cfg.Table, MaxConns: cfg.PoolSize(), Notify: cfg.Notify})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	brokers, err := openBrokers(ctx, cfg.EffectiveBrokers(), brokerParams{publishTimeout: cfg.PublishTimeout, log: d.log})
+	if err != nil {
+		return err
+	}
+	defer closeBrokers(brokers)
+	d.warnShortDuplicateWindow()
+
+	pub, err := d.publisher(brokers)
+	if err != nil {
+		return err
+	}
+	if cfg.TraceExporter != config.DefaultTraceExporter {
+		var topts []tracing.Option
+		if len(brokers) == 1 {
+			topts = append(topts, tracing.WithSystem(brokers[0].scheme))
+		}
+		pub = tracing.WrapPublisher(pub, tp, topts...)
+	}
+
+	hooks := slices.Clone(d.opts.hooks)
+	var (
+		m   *metrics.Metrics
+		reg *prometheus.Registry
+		ln  net.Listener
+	)
+	if cfg.HTTP != "" {
+		reg = metrics.NewRegistry()
+		if m, err = metrics.NewMetrics(reg, metrics.WithRelayName(cfg.Name), metrics.WithLogger(d.log)); err != nil {
+			return err
+		}
+		pub = m.WrapPublisher(pub)
+		hooks = append(hooks, m)
+		if ln, err = net.Listen("tcp", cfg.HTTP); err != nil {
+			return fmt.Errorf("http server: %w", err)
+		}
+		u := "http://" + ln.Addr().String()
+		d.httpURL.Store(&u)
+	}
+
+	relays := make([]*outbox.Relay, cfg.Relays)
+	for i := range relays {
+		if relays[i], err = outbox.NewRelay(db.Store, pub, d.relayOptions(i, hooks)...); err != nil {
+			if ln != nil {
+				ln.Close()
+			}
+			return err
+		}
+	}
+
+	attrs := []any{slog.String("name", cfg.Name), slog.Int("relays", cfg.Relays), slog.String("table", cfg.Table),
+		slog.String("db_scheme", db.Scheme), slog.Int("db_max_conns", cfg.PoolSize())}
+	names := make([]string, len(brokers))
+	for i, b := range brokers {
+		names[i] = b.name + "=" + b.scheme
+	}
+	attrs = append(attrs, slog.String("brokers", strings.Join(names, ",")))
+	if ln != nil {
+		attrs = append(attrs, slog.String("http", ln.Addr().String()))
+	}
+	d.log.Info("daemon started", attrs...)
+
+	g, gctx := errgroup.WithContext(ctx)
+	for _, r := range relays {
+		g.Go(func() error {
+			if m != nil {
+				m.SetUp(true)
+				defer m.SetUp(false)
+			}
+			return r.Run(gctx)
+		})
+	}
+	if ln != nil {
+		h := d.handler(reg, db, brokers)
+		g.Go(func() error { return m.PollStats(gctx, db.Store, cfg.StatsInterval) })
+		g.Go(func() error { return serveHTTP(gctx, ln, h) })
+	}
+	close(d.ready)
+	if err := g.Wait(); err != nil {
+		return d.scrubAll(err) // the caller reports it
+	}
+	d.log.Info("daemon stopped")
+	return nil
+}
+
+// relayOptions turns the config into the options of relay loop i, which
+// reports to hooks.
+func (d *Daemon) relayOptions(i int, hooks []any) []outbox.RelayOption {
+	c := d.cfg
+	opts := []outbox.RelayOption{
+		outbox.WithBatchSize(c.BatchSize),
+		outbox.WithPollInterval(c.PollInterval),
+		outbox.WithMinPollInterval(c.MinPollInterval),
+		outbox.WithMaxInFlight(c.MaxInFlight),
+		outbox.WithMaxAttempts(c.MaxAttempts),
+		outbox.WithBackoff(c.BackoffBase, c.BackoffCap),
+		outbox.WithPublishTimeout(c.PublishTimeout),
+		outbox.WithLease(c.Lease),
+		outbox.WithProbeInterval(c.ProbeInterval, c.MaxProbeInterval),
+		outbox.WithDeleteSent(c.DeleteSent),
+		outbox.WithOrdering(c.Ordering, c.RelayDeadPolicy()),
+		outbox.WithRelayMaxPayloadSize(c.MaxPayload),
+		outbox.WithLogger(d.log),
+		outbox.WithName(fmt.Sprintf("%s-%d", c.Name, i+1)),
+	}
+	if len(hooks) > 0 {
+		opts = append(opts, outbox.WithHooks(hooks...))
+	}
+	return opts
+}
+
+// warnShortDuplicateWindow logs when a NATS stream's duplicate window cannot
+// cover a re-send: a relay that crashed after publishing sends again after
+// the lease, and a retry can come as late as the backoff cap.
+func (d *Daemon) warnShortDuplicateWindow() {
+	need := d.cfg.Lease + d.cfg.BackoffCap
+	for _, b := range d.cfg.EffectiveBrokers() {
+		if b.URL.Scheme() == "nats" && b.EffectiveDuplicateWindow() < need {
+			d.log.Warn("nats duplicate window is shorter than lease plus backoff cap: the stream may keep re-sent copies",
+				"broker", b.Name, "duplicate_window", b.EffectiveDuplicateWindow(), "lease_plus_backoff_cap", need)
+		}
+	}
+}
+
+// scrubAll hides every secret of the config in err's message.
+func (d *Daemon) scrubAll(err error) error {
+	secrets := []config.Secret{d.cfg.DB, d.cfg.Broker}
+	for _, b := range d.cfg.Brokers {
+		secrets = append(secrets, b.URL, b.Secret)
+	}
+	return scrub(err, secrets...)
+}

@@ -1,0 +1,164 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/config"
+	"github.com/outboxkit/outbox/store/mysqlstore"
+	"github.com/outboxkit/outbox/store/pgstore"
+	"github.com/outboxkit/outbox/store/sqlitestore"
+)
+
+// Store is what the daemon and the CLI need from a store: the relay's view,
+// migrations and a health check. Every store package implements it.
+type Store interface {
+	outbox.Store
+	outbox.Migrator
+	outbox.Pinger
+}
+
+// DBParams are the inputs of [OpenDB] besides the URL.
+type DBParams struct {
+	// Table is the outbox table. Default: config.DefaultTable.
+	Table string
+	// MaxConns bounds the pool the daemon opens. Default: 1 + config.SpareConns.
+	MaxConns int
+	// Notify turns on PostgreSQL LISTEN/NOTIFY (pgstore.WithNotify).
+	Notify bool
+}
+
+// DB is an open database and the store on its outbox table.
+type DB struct {
+	// Store is the store on the table.
+	Store Store
+	// Scheme is the URL scheme the database was opened by (postgres, sqlite, mysql).
+	Scheme string
+	close  func()
+}
+
+// Close closes the pool OpenDB opened. It is safe to call more than once.
+func (db *DB) Close() {
+	if db.close != nil {
+		db.close()
+		db.close = nil
+	}
+}
+
+// pingTimeout bounds the first contact with a database or broker, so that a
+// daemon pointed at an unreachable address fails in seconds with the reason.
+const pingTimeout = 10 * time.Second
+
+// dbOpener opens one kind of database. The URL's password must not reach the
+// returned error: callers scrub it anyway.
+type dbOpener func(ctx context.Context, dsn string, p DBParams) (*DB, error)
+
+// dbOpeners is the scheme registry of databases. config.DBSchemes lists the
+// same schemes for validation; a test keeps the two in step.
+var dbOpeners = map[string]dbOpener{
+	"postgres":   openPostgres,
+	"postgresql": openPostgres,
+	"sqlite":     openSQLite,
+	"mysql":      openMySQL,
+}
+
+// OpenDB opens the database named by dsn (postgres://, postgresql://,
+// sqlite://PATH or mysql://user:pass@host:3306/db) with a pool of at most
+// p.MaxConns connections, checks that it answers within ctx and a 10 s bound,
+// and returns the store on p.Table. The caller closes the DB. Errors never
+// contain the URL's password.
+func OpenDB(ctx context.Context, dsn config.Secret, p DBParams) (*DB, error) {
+	if p.Table == "" {
+		p.Table = config.DefaultTable
+	}
+	if p.MaxConns <= 0 {
+		p.MaxConns = config.ConnsPerRelay + config.SpareConns
+	}
+	scheme := dsn.Scheme()
+	open, ok := dbOpeners[scheme]
+	if !ok {
+		return nil, fmt.Errorf("open database: unknown scheme %q; want %s", scheme, schemes(dbOpeners))
+	}
+	db, err := open(ctx, dsn.Value(), p)
+	if err != nil {
+		return nil, scrub(fmt.Errorf("open %s database: %w", scheme, err), dsn)
+	}
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := db.Store.Ping(pctx); err != nil {
+		db.Close()
+		return nil, scrub(fmt.Errorf("open %s database: %w", scheme, err), dsn)
+	}
+	return db, nil
+}
+
+func openPostgres(ctx context.Context, dsn string, p DBParams) (*DB, error) {
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	pc.MaxConns = int32(min(p.MaxConns, 1<<20))
+	pc.MinConns = 0
+	if _, ok := pc.ConnConfig.RuntimeParams["application_name"]; !ok {
+		pc.ConnConfig.RuntimeParams["application_name"] = "outbox"
+	}
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		pc.ConnConfig.ConnectTimeout = pingTimeout
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, err
+	}
+	s, err := pgstore.New(pool, pgstore.WithTable(p.Table), pgstore.WithNotify(p.Notify))
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &DB{Store: s, Scheme: "postgres", close: pool.Close}, nil
+}
+
+// sqlitePath is the file of a sqlite:// URL: what follows the scheme, so
+// sqlite:///var/lib/x.db is absolute and sqlite://x.db relative.
+func sqlitePath(dsn string) string {
+	_, path, _ := strings.Cut(dsn, "://")
+	return path
+}
+
+func openSQLite(_ context.Context, dsn string, p DBParams) (*DB, error) {
+	db, err := sqlitestore.Open(sqlitePath(dsn))
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(p.MaxConns)
+	db.SetMaxIdleConns(p.MaxConns)
+	s, err := sqlitestore.New(db, sqlitestore.WithTable(p.Table))
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &DB{Store: s, Scheme: "sqlite", close: func() { db.Close() }}, nil
+}
+
+// openMySQL opens mysql://user:pass@host:3306/db?param=value through
+// mysqlstore.Open, which sets parseTime and a UTC session time zone and keeps
+// the other parameters (the go-sql-driver's DSN parameters).
+func openMySQL(_ context.Context, dsn string, p DBParams) (*DB, error) {
+	db, err := mysqlstore.Open(dsn)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(p.MaxConns)
+	db.SetMaxIdleConns(p.MaxConns)
+	db.SetConnMaxLifetime(30 * time.Minute)
+	s, err := mysqlstore.New(db, mysqlstore.WithTable(p.Table))
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &DB{Store: s, Scheme: "mysql", close: func() { db.Close() }}, nil
+}

@@ -1,0 +1,55 @@
+// Package daemon is the outbox relay process that `outbox relay` runs: it
+// turns a [config.Config] into a database pool and store, publishers for the
+// brokers, the routing between them, N relay loops and an HTTP health server.
+//
+// # Wiring
+//
+// Databases are chosen by URL scheme: postgres:// and postgresql:// (a pgx
+// pool and store/pgstore), sqlite://PATH (store/sqlitestore) and
+// mysql://user:pass@host:3306/db (go-sql-driver and store/mysqlstore).
+// Brokers likewise: nats:// (a NATS connection, a JetStream stream that the
+// daemon creates or extends to capture the broker's subjects, and
+// publisher/natspub), kafka:// (publisher/kafkapub), amqp:// and amqps://
+// (publisher/amqppub), redis:// and rediss:// (publisher/redispub),
+// http:// and https:// (publisher/webhookpub; {destination} in the URL is
+// replaced by each message's destination), mqtt:// and mqtts://
+// (publisher/mqttpub). With one broker, no routes and no topic template the
+// relays publish to it directly; otherwise through publisher/router, built
+// from the config's routes and default route. A message no route takes is
+// marked dead with the reason.
+//
+// # Database pool
+//
+// The relay's pool is its own and bounded: config.Config.PoolSize, by
+// default one connection per relay loop (a loop claims, publishes and
+// acknowledges one after the other, so it never holds two) plus two spare
+// for health checks. A PostgreSQL LISTEN (notify: true) holds one more
+// connection per loop, outside the pool.
+//
+// # Lifecycle
+//
+// [New] checks the config and does no I/O. [Daemon.Run] connects, checking
+// that the database and every broker answer within 10 s, so that a wrong
+// address stops the daemon at once with the reason; later outages are the
+// relays' business (they pause and probe). When Run's context is cancelled,
+// every relay finishes its batch in flight and acknowledges it, the health
+// server shuts down, and Run closes the brokers and the pool and returns nil.
+//
+// # Metrics, health and traces
+//
+// With an HTTP address (config http, --http :9090), the relay loops report
+// to Prometheus metrics (package metrics, relay label = config name), the
+// table's backlog is read every stats_interval, and the daemon serves
+// /metrics, /healthz (200 while the process runs) and /readyz (200 when the
+// database, "store", and every broker, "broker NAME", answer a ping; 503
+// with the failures otherwise). [WithHandler] mounts more handlers and
+// [WithRelayHooks] adds relay hooks. With trace_exporter stdout or otlp,
+// every publish gets a span continuing the trace recorded at write time
+// (package tracing); the spans are flushed when Run returns.
+//
+// # Logs
+//
+// The daemon logs with log/slog, text or JSON ([NewLogger]); it never logs a
+// DSN, a secret or a payload, and it removes passwords from the errors of
+// drivers before returning or logging them.
+package daemon

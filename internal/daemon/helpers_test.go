@@ -1,0 +1,161 @@
+package daemon
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/config"
+	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/sqlitestore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// sqliteDB returns the URL of a migrated SQLite database of t's own, and the
+// store a writer uses on it.
+func sqliteDB(t *testing.T) (config.Secret, *sql.DB, *sqlitestore.Store) {
+	t.Helper()
+	path := testsvc.SQLitePath(t)
+	db, err := sqlitestore.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	s, err := sqlitestore.New(db)
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(context.Background()))
+	return config.NewSecret("sqlite://" + path), db, s
+}
+
+// writeSQLite commits n messages of event type ev through the store's Writer.
+func writeSQLite(t *testing.T, db *sql.DB, s *sqlitestore.Store, ev string, n int) []*outbox.Message {
+	t.Helper()
+	ctx := context.Background()
+	msgs := make([]*outbox.Message, n)
+	for i := range msgs {
+		msgs[i] = &outbox.Message{AggregateType: "order", AggregateID: fmt.Sprintf("o-%d", i), EventType: ev,
+			Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, outbox.NewWriter[*sql.Tx](s).Write(ctx, tx, msgs...))
+	require.NoError(t, tx.Commit())
+	return msgs
+}
+
+// natsStream is a JetStream stream of t's own on the test server: its name,
+// the subject prefix that it captures, and a client to read it. It is deleted
+// when t ends.
+type natsStream struct {
+	name, prefix, url string
+	js                jetstream.JetStream
+}
+
+func newNATSStream(t *testing.T) *natsStream {
+	t.Helper()
+	url := testsvc.NATSURL(t)
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	name := strings.ToUpper(testsvc.Name(t))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = js.DeleteStream(ctx, name)
+	})
+	return &natsStream{name: name, prefix: strings.ToLower(name) + ".", url: url, js: js}
+}
+
+// broker returns the config of a broker on this stream.
+func (s *natsStream) broker(name string) config.Broker {
+	prefix := s.prefix
+	return config.Broker{Name: name, URL: config.NewSecret(s.url), Stream: s.name, Prefix: &prefix}
+}
+
+// count returns how many messages the stream holds (0 before it exists).
+func (s *natsStream) count(t *testing.T) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := s.js.Stream(ctx, s.name)
+	if err != nil {
+		return 0
+	}
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	return info.State.Msgs
+}
+
+// messageIDs returns the Nats-Msg-Id of every message in the stream, in order.
+func (s *natsStream) messageIDs(t *testing.T) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := s.js.Stream(ctx, s.name)
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	var ids []string
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		require.NoError(t, err)
+		ids = append(ids, m.Header.Get(jetstream.MsgIDHeader))
+	}
+	return ids
+}
+
+// baseConfig is a valid config on db and brokers with short intervals.
+func baseConfig(db config.Secret, brokers ...config.Broker) *config.Config {
+	c := config.Default()
+	c.DB = db
+	c.Brokers = brokers
+	c.PollInterval = 50 * time.Millisecond
+	c.PublishTimeout = 2 * time.Second
+	c.Lease = 5 * time.Second
+	c.LogFormat = "text"
+	return c
+}
+
+// running starts d.Run in the background and returns a function that stops it
+// and returns Run's result. It fails t if Run ends before it is ready.
+func running(t *testing.T, d *Daemon) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("Run ended before it was ready: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("daemon not ready after 30 s")
+	}
+	var result error
+	stopped := false
+	stop = func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			select {
+			case result = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("Run did not return within 30 s of the cancel")
+			}
+		}
+		return result
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
