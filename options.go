@@ -24,6 +24,13 @@ const (
 	DefaultProbeInterval = 2 * time.Second
 	// DefaultMaxProbeInterval caps the probe interval as a destination stays down.
 	DefaultMaxProbeInterval = 30 * time.Second
+	// DefaultMinPollInterval is how soon a relay that just found rows looks
+	// again (adaptive polling); each empty look doubles the wait, up to the
+	// poll interval.
+	DefaultMinPollInterval = 10 * time.Millisecond
+	// DefaultMaxInFlight is how many claimed batches a relay may have at the
+	// broker at once: 1, claim, publish and acknowledge one batch at a time.
+	DefaultMaxInFlight = 1
 )
 
 // DeadPolicy says what ordered delivery does with an aggregate whose head message went dead.
@@ -40,6 +47,8 @@ const (
 type relayConfig struct {
 	batchSize        int
 	pollInterval     time.Duration
+	minPollInterval  time.Duration
+	maxInFlight      int
 	maxAttempts      int
 	backoffBase      time.Duration
 	backoffCap       time.Duration
@@ -60,6 +69,8 @@ func defaultRelayConfig() relayConfig {
 	return relayConfig{
 		batchSize:        DefaultBatchSize,
 		pollInterval:     DefaultPollInterval,
+		minPollInterval:  DefaultMinPollInterval,
+		maxInFlight:      DefaultMaxInFlight,
 		maxAttempts:      DefaultMaxAttempts,
 		backoffBase:      DefaultBackoffBase,
 		backoffCap:       DefaultBackoffCap,
@@ -81,6 +92,8 @@ func (c *relayConfig) validate() error {
 	}
 	check(c.batchSize >= 1 && c.batchSize <= 100_000, "WithBatchSize: %d is not between 1 and 100000", c.batchSize)
 	check(c.pollInterval > 0, "WithPollInterval: %v is not positive", c.pollInterval)
+	check(c.minPollInterval >= time.Millisecond, "WithMinPollInterval: %v is less than 1ms", c.minPollInterval)
+	check(c.maxInFlight >= 1 && c.maxInFlight <= 64, "WithMaxInFlight: %d is not between 1 and 64", c.maxInFlight)
 	check(c.maxAttempts >= 1, "WithMaxAttempts: %d is less than 1", c.maxAttempts)
 	check(c.backoffBase > 0, "WithBackoff: base %v is not positive", c.backoffBase)
 	check(c.backoffCap >= c.backoffBase, "WithBackoff: cap %v is below base %v", c.backoffCap, c.backoffBase)
@@ -100,11 +113,40 @@ type RelayOption func(*relayConfig)
 func WithBatchSize(n int) RelayOption { return func(c *relayConfig) { c.batchSize = n } }
 
 // WithPollInterval sets how long an idle relay waits before it looks for new
-// rows again. A relay whose last claim came back full looks again at once.
+// rows again. A relay whose last claim came back full looks again at once;
+// one whose last claim found some rows looks again after the minimum poll
+// interval, and each claim that finds nothing doubles the wait until it
+// reaches this interval (see [WithMinPollInterval]). An idle relay therefore
+// costs one claim per poll interval. A notification ([Relay.Notify], or a
+// store that implements [Notifier]) cuts any wait short.
 // Default: DefaultPollInterval (1 s).
 func WithPollInterval(d time.Duration) RelayOption {
 	return func(c *relayConfig) { c.pollInterval = d }
 }
+
+// WithMinPollInterval sets the shortest wait between claims while messages
+// trickle in (adaptive polling): after a claim that found rows but not a full
+// batch, the relay looks again after d, and after each claim that finds
+// nothing it waits twice as long as the last time, up to the poll interval.
+// This gives databases without notifications (MySQL, SQLite) a latency of
+// about d under load without a busy loop, while an idle relay settles at one
+// claim per poll interval. It must be at least 1 ms; a value above the poll
+// interval acts as the poll interval. Default: DefaultMinPollInterval (10 ms).
+func WithMinPollInterval(d time.Duration) RelayOption {
+	return func(c *relayConfig) { c.minPollInterval = d }
+}
+
+// WithMaxInFlight sets how many claimed batches the relay may have at the
+// broker at once (pipelining). With n > 1 the relay claims the next batch
+// while earlier ones are being published, and acknowledges batches in the
+// order it claimed them, each one fenced by its own claim as always; so up to
+// n × batch size messages are held in memory and in flight, and a graceful
+// stop finishes all of them. Per-aggregate ordering ([WithOrdering]) holds
+// with any n, because a claim never hands out a message whose predecessor is
+// still unacknowledged. It must be between 1 and 64. While the destination
+// is down the relay probes with one batch at a time whatever n is.
+// Default: DefaultMaxInFlight (1).
+func WithMaxInFlight(n int) RelayOption { return func(c *relayConfig) { c.maxInFlight = n } }
 
 // WithMaxAttempts sets how many delivery attempts a message gets before it is
 // marked dead. Attempts are counted when a row is claimed, so an attempt that

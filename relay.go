@@ -86,11 +86,20 @@ func (r *Relay) Notify() {
 	}
 }
 
-// Run relays messages until ctx is cancelled, then finishes the batch in
-// flight (publishing it within the publish timeout and acknowledging it),
+// Run relays messages until ctx is cancelled, then finishes the batches in
+// flight (publishing them within the publish timeout and acknowledging them),
 // claims nothing new, and returns nil. Store errors are logged and retried;
 // Run does not return because of them. If the store implements [Notifier],
-// Run listens for wake-ups and falls back to polling while the listener is down.
+// Run listens for wake-ups and falls back to polling while the listener is
+// down.
+//
+// Run claims a new batch at once while claims come back full, after the
+// minimum poll interval when the last claim found some rows, and otherwise
+// after a wait that doubles with each empty claim up to the poll interval
+// (adaptive polling); [Relay.Notify] and the store's notifications cut the
+// wait short, and notifications that arrive before a claim are all answered
+// by that one claim. With [WithMaxInFlight] above 1 it claims the next batch
+// while earlier ones are at the broker.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -105,65 +114,250 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 
 	r.log.LogAttrs(ctx, slog.LevelInfo, "relay started",
-		slog.Int(attrBatchSize, r.cfg.batchSize), slog.Duration("poll_interval", r.cfg.pollInterval))
+		slog.Int(attrBatchSize, r.cfg.batchSize), slog.Duration("poll_interval", r.cfg.pollInterval),
+		slog.Int("max_in_flight", r.cfg.maxInFlight))
 	defer r.log.Info("relay stopped")
 
-	var (
-		down      bool
-		probe     = r.cfg.probeInterval
-		storeWait = r.cfg.pollInterval
-	)
-	for ctx.Err() == nil {
-		limit := r.cfg.batchSize
-		if down {
-			// Half-open: ask the broker first where it can answer, then try one message.
-			if p, ok := r.pub.(Pinger); ok {
-				if err := p.Ping(ctx); err != nil {
-					r.pause(ctx, jitter(probe))
-					probe = min(2*probe, r.cfg.maxProbeInterval)
-					continue
-				}
-			}
-			limit = 1
+	p := r.newPipeline(ctx)
+	defer p.close()
+	p.loop(ctx)
+	return nil
+}
+
+// pipeline is one Run: the claim loop (on Run's goroutine) and the acker,
+// which settles published batches in the order they were claimed.
+type pipeline struct {
+	r        *Relay
+	queue    chan *batch  // claimed batches, in claim order, to the acker
+	outcomes chan outcome // settled batches, in claim order, from the acker
+	inFlight int          // batches claimed and not yet settled
+	wg       sync.WaitGroup
+
+	down      bool          // the destination is down: probe one message at a time
+	pauseNext bool          // while down: pause before the next probe
+	probe     time.Duration // the next pause while down
+	storeWait time.Duration // the next pause after a store error
+	delay     time.Duration // the next wait after an empty claim (adaptive polling)
+	minPoll   time.Duration // the wait after a claim that found rows
+}
+
+// outcome is what settling a batch found.
+type outcome struct {
+	ev          BatchEvent
+	unavailable error // the whole batch met a destination that is down
+	err         error // a store error that cut the cycle short
+}
+
+func (r *Relay) newPipeline(ctx context.Context) *pipeline {
+	p := &pipeline{
+		r:         r,
+		queue:     make(chan *batch, r.cfg.maxInFlight),
+		outcomes:  make(chan outcome, r.cfg.maxInFlight),
+		probe:     r.cfg.probeInterval,
+		storeWait: r.cfg.pollInterval,
+		delay:     r.cfg.pollInterval, // start as an idle relay
+		minPoll:   min(r.cfg.minPollInterval, r.cfg.pollInterval),
+	}
+	p.wg.Go(func() {
+		for b := range p.queue {
+			<-b.published
+			ev, unavailable, err := r.settle(ctx, b)
+			p.outcomes <- outcome{ev: ev, unavailable: unavailable, err: err}
 		}
-		ev, unavailable, err := r.step(ctx, limit)
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				return nil
-			}
-			r.log.LogAttrs(ctx, slog.LevelError, "relay cycle failed", slog.String(attrError, err.Error()),
-				slog.Duration(attrDelay, storeWait))
-			r.sleep(ctx, jitter(storeWait))
-			storeWait = min(2*storeWait, max(r.cfg.pollInterval, 30*time.Second))
-			continue
-		case unavailable != nil:
-			if !down {
-				down = true
-				r.log.LogAttrs(ctx, slog.LevelWarn, "destination unavailable, pausing",
-					slog.String(attrError, unavailable.Error()), slog.Duration(attrDelay, probe))
-				for _, h := range r.hDest {
-					h.OnDestination(false, unavailable)
-				}
-			}
-			r.pause(ctx, jitter(probe))
-			probe = min(2*probe, r.cfg.maxProbeInterval)
-			continue
-		}
-		storeWait = r.cfg.pollInterval
-		if down && ev.Claimed > 0 {
-			down, probe = false, r.cfg.probeInterval
-			r.log.Info("destination available again")
-			for _, h := range r.hDest {
-				h.OnDestination(true, nil)
-			}
-			continue
-		}
-		if ev.Claimed < limit {
-			r.sleep(ctx, r.cfg.pollInterval)
+	})
+	return p
+}
+
+// close lets the acker settle every batch still in flight, waits for it,
+// and logs the store errors of those last batches.
+func (p *pipeline) close() {
+	close(p.queue)
+	p.wg.Wait()
+	close(p.outcomes)
+	for o := range p.outcomes {
+		if o.err != nil {
+			p.r.log.LogAttrs(context.Background(), slog.LevelError, "relay cycle failed while stopping",
+				slog.String(attrError, o.err.Error()))
 		}
 	}
-	return nil
+}
+
+// loop claims and dispatches batches until ctx is done.
+func (p *pipeline) loop(ctx context.Context) {
+	r := p.r
+	for ctx.Err() == nil {
+		if p.down {
+			p.probeDestination(ctx)
+			continue
+		}
+		// Wait for a free slot, taking in what the acker settled meanwhile.
+		if !p.collect(ctx, p.inFlight >= r.cfg.maxInFlight) {
+			return
+		}
+		if p.inFlight >= r.cfg.maxInFlight || p.down {
+			continue
+		}
+		// Every notification so far is answered by this claim.
+		select {
+		case <-r.wake:
+		default:
+		}
+		b, err := r.claim(ctx, r.cfg.batchSize)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.storeFailed(ctx, err)
+			continue
+		}
+		if b == nil { // nothing due
+			wait := p.delay
+			p.delay = min(2*p.delay, r.cfg.pollInterval)
+			p.idle(ctx, wait)
+			continue
+		}
+		p.dispatch(b)
+		p.delay = p.minPoll
+		if b.ev.Claimed < r.cfg.batchSize {
+			r.sleep(ctx, p.minPoll)
+		}
+	}
+}
+
+// idle waits for d, a notification or ctx. While batches are in flight it
+// also stops waiting when one of them settles: with ordering, that is what
+// frees the next message of its aggregates.
+func (p *pipeline) idle(ctx context.Context, d time.Duration) {
+	if p.inFlight == 0 {
+		p.r.sleep(ctx, d)
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-p.r.wake:
+	case o := <-p.outcomes:
+		p.inFlight--
+		p.apply(ctx, o)
+	}
+}
+
+// dispatch starts publishing b and hands it to the acker.
+func (p *pipeline) dispatch(b *batch) {
+	p.inFlight++
+	if len(b.send) == 0 {
+		close(b.published)
+	} else {
+		p.wg.Go(func() { p.r.publish(b) })
+	}
+	p.queue <- b // never blocks: the queue holds maxInFlight batches
+}
+
+// collect takes in the outcomes of settled batches; when block is set it
+// waits for at least one (or for ctx). It returns false when ctx ended.
+func (p *pipeline) collect(ctx context.Context, block bool) bool {
+	for {
+		var o outcome
+		if block {
+			select {
+			case o = <-p.outcomes:
+			case <-ctx.Done():
+				return false
+			}
+		} else {
+			select {
+			case o = <-p.outcomes:
+			default:
+				return true
+			}
+		}
+		block = false
+		p.inFlight--
+		p.apply(ctx, o)
+	}
+}
+
+// apply updates the loop's state with a settled batch's outcome.
+func (p *pipeline) apply(ctx context.Context, o outcome) {
+	switch {
+	case o.err != nil:
+		p.storeFailed(ctx, o.err)
+	case o.unavailable != nil:
+		p.destinationDown(ctx, o.unavailable)
+	default:
+		p.storeWait = p.r.cfg.pollInterval
+	}
+}
+
+// storeFailed logs a store error and waits, longer each time in a row.
+func (p *pipeline) storeFailed(ctx context.Context, err error) {
+	r := p.r
+	r.log.LogAttrs(ctx, slog.LevelError, "relay cycle failed", slog.String(attrError, err.Error()),
+		slog.Duration(attrDelay, p.storeWait))
+	r.sleep(ctx, jitter(p.storeWait))
+	p.storeWait = min(2*p.storeWait, max(r.cfg.pollInterval, 30*time.Second))
+}
+
+// destinationDown enters the down state: the batches still in flight are
+// settled first (they meet the same outage and get their attempts back), then
+// the relay pauses before its first probe.
+func (p *pipeline) destinationDown(ctx context.Context, err error) {
+	r := p.r
+	p.pauseNext = true
+	if !p.down {
+		p.down = true
+		r.log.LogAttrs(ctx, slog.LevelWarn, "destination unavailable, pausing",
+			slog.String(attrError, err.Error()), slog.Duration(attrDelay, p.probe))
+		for _, h := range r.hDest {
+			h.OnDestination(false, err)
+		}
+	}
+}
+
+// probeDestination is one step of the down state: wait until nothing is in
+// flight, pause (after a failure), then ask the broker where it can answer,
+// and try one message.
+func (p *pipeline) probeDestination(ctx context.Context) {
+	r := p.r
+	for p.inFlight > 0 {
+		if !p.collect(ctx, true) {
+			return
+		}
+	}
+	if p.pauseNext {
+		r.pause(ctx, jitter(p.probe))
+		p.probe = min(2*p.probe, r.cfg.maxProbeInterval)
+		p.pauseNext = false
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	if pg, ok := r.pub.(Pinger); ok {
+		if err := pg.Ping(ctx); err != nil {
+			p.pauseNext = true
+			return
+		}
+	}
+	// Half-open: one message, synchronously.
+	ev, unavailable, err := r.step(ctx, 1)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			p.storeFailed(ctx, err)
+		}
+	case unavailable != nil:
+		p.pauseNext = true
+	case ev.Claimed > 0:
+		p.down, p.probe, p.storeWait, p.delay = false, r.cfg.probeInterval, r.cfg.pollInterval, p.minPoll
+		r.log.Info("destination available again")
+		for _, h := range r.hDest {
+			h.OnDestination(true, nil)
+		}
+	default: // nothing to send: wait like an idle relay, still down
+		r.sleep(ctx, r.cfg.pollInterval)
+	}
 }
 
 // Step runs one claim-publish-acknowledge cycle of up to the batch size and
@@ -178,10 +372,39 @@ func (r *Relay) Step(ctx context.Context) (BatchEvent, error) {
 	return ev, err
 }
 
-// step claims up to limit rows and sees them through. It returns the batch's
-// event, the destination error when the whole batch found the destination
-// unavailable, and a store error that cut the cycle short.
+// step claims up to limit rows and sees them through, synchronously. It
+// returns the batch's event, the destination error when the whole batch found
+// the destination unavailable, and a store error that cut the cycle short.
 func (r *Relay) step(ctx context.Context, limit int) (ev BatchEvent, unavailable error, err error) {
+	b, err := r.claim(ctx, limit)
+	if err != nil {
+		return BatchEvent{Err: err}, nil, err
+	}
+	if b == nil {
+		return ev, nil, nil
+	}
+	if len(b.send) > 0 {
+		r.publish(b)
+	}
+	return r.settle(ctx, b)
+}
+
+// batch is a claimed batch on its way through the relay.
+type batch struct {
+	ev        BatchEvent // Claimed so far
+	start     time.Time
+	ctx       context.Context // the claim's context without its cancellation: the rows are ours now
+	send      []*Message
+	dead      []Dead
+	deadErrs  []error
+	errs      []error       // the publisher's results for send, once published is closed
+	published chan struct{} // closed when errs is set
+}
+
+// claim claims up to limit rows and sorts them into those to send and those
+// to kill. It returns a nil batch when nothing was due, and reports a failed
+// claim to the batch hooks.
+func (r *Relay) claim(ctx context.Context, limit int) (*batch, error) {
 	start := time.Now()
 	claim, err := r.store.Claim(ctx, ClaimParams{
 		Limit:       limit,
@@ -191,69 +414,86 @@ func (r *Relay) step(ctx context.Context, limit int) (ev BatchEvent, unavailable
 	})
 	if err != nil {
 		err = fmt.Errorf("claim batch: %w", err)
-		ev.Err = err
-		r.batchDone(ev, start)
-		return ev, nil, err
+		r.batchDone(BatchEvent{Err: err}, start)
+		return nil, err
 	}
-	ev.Claimed = len(claim.Messages) + len(claim.Malformed)
-	if ev.Claimed == 0 {
-		return ev, nil, nil
+	claimed := len(claim.Messages) + len(claim.Malformed)
+	if claimed == 0 {
+		return nil, nil
 	}
-	// The rows are ours now: see them through even if shutdown begins.
-	bctx := context.WithoutCancel(ctx)
-
-	var dead []Dead
-	var deadErrs []error
-	kill := func(m *Message, reason error) {
-		dead = append(dead, Dead{Message: m, Reason: reason.Error()})
-		deadErrs = append(deadErrs, reason)
+	b := &batch{
+		ev:        BatchEvent{Claimed: claimed},
+		start:     start,
+		ctx:       context.WithoutCancel(ctx),
+		send:      make([]*Message, 0, len(claim.Messages)),
+		published: make(chan struct{}),
 	}
 	for _, bad := range claim.Malformed {
-		kill(bad.Message, fmt.Errorf("malformed row: %w", bad.Err))
+		b.kill(bad.Message, fmt.Errorf("malformed row: %w", bad.Err))
 	}
-	send := make([]*Message, 0, len(claim.Messages))
 	for _, m := range claim.Messages {
 		switch {
 		case m.Attempt > r.cfg.maxAttempts:
-			kill(m, fmt.Errorf("attempts exhausted: attempt %d of %d was claimed, the earlier ones never finished (relay stopped or lease expired mid-publish)",
+			b.kill(m, fmt.Errorf("attempts exhausted: attempt %d of %d was claimed, the earlier ones never finished (relay stopped or lease expired mid-publish)",
 				m.Attempt, r.cfg.maxAttempts))
 		case r.cfg.maxPayload > 0 && len(m.Payload) > r.cfg.maxPayload:
-			kill(m, Permanent(fmt.Errorf("payload is %d bytes, over the relay's limit of %d", len(m.Payload), r.cfg.maxPayload)))
+			b.kill(m, Permanent(fmt.Errorf("payload is %d bytes, over the relay's limit of %d", len(m.Payload), r.cfg.maxPayload)))
 		case !json.Valid(m.Payload):
-			kill(m, Permanent(errors.New("payload is not valid JSON")))
+			b.kill(m, Permanent(errors.New("payload is not valid JSON")))
 		default:
-			send = append(send, m)
+			b.send = append(b.send, m)
 		}
 	}
+	return b, nil
+}
 
-	var errs []error
-	if len(send) > 0 {
-		pctx, cancel := context.WithTimeout(bctx, r.cfg.publishTimeout)
-		errs = r.pub.Publish(pctx, send)
-		cancel()
-		if len(errs) != len(send) {
-			errs = ErrorsFor(len(send), fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(send)))
-		}
+func (b *batch) kill(m *Message, reason error) {
+	b.dead = append(b.dead, Dead{Message: m, Reason: reason.Error()})
+	b.deadErrs = append(b.deadErrs, reason)
+}
+
+// publish sends b's messages within the publish timeout and closes b.published.
+func (r *Relay) publish(b *batch) {
+	defer close(b.published)
+	pctx, cancel := context.WithTimeout(b.ctx, r.cfg.publishTimeout)
+	defer cancel()
+	errs := r.pub.Publish(pctx, b.send)
+	if len(errs) != len(b.send) {
+		errs = ErrorsFor(len(b.send), fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(b.send)))
 	}
+	b.errs = errs
+}
+
+// settle acknowledges, reschedules and kills what became of a published
+// batch, reports it, and returns its event, the destination error when the
+// whole batch found the destination unavailable, and a store error.
+func (r *Relay) settle(ctx context.Context, b *batch) (ev BatchEvent, unavailable error, err error) {
+	ev = b.ev
+	bctx := b.ctx
+	errs := b.errs
 	down := r.destinationDown(bctx, errs)
 	if down != nil && wholeBatchUnavailable(errs) != nil {
 		unavailable = down // nothing got through: pause the relay
 	}
 
 	now := time.Now()
+	dead, deadErrs := b.dead, b.deadErrs
 	var sent []*Message
 	var retries, refunds []Retry
 	var retryErrs []error
-	for i, m := range send {
+	for i, m := range b.send {
 		switch err := errs[i]; {
 		case err == nil:
 			sent = append(sent, m)
 		case down != nil && unreachable(err):
 			refunds = append(refunds, Retry{Message: m, At: now.Add(jitter(r.cfg.probeInterval)), Err: err.Error()})
 		case IsPermanent(err):
-			kill(m, err)
+			dead = append(dead, Dead{Message: m, Reason: err.Error()})
+			deadErrs = append(deadErrs, err)
 		case m.Attempt >= r.cfg.maxAttempts:
-			kill(m, fmt.Errorf("gave up after %d attempts: %w", m.Attempt, err))
+			err = fmt.Errorf("gave up after %d attempts: %w", m.Attempt, err)
+			dead = append(dead, Dead{Message: m, Reason: err.Error()})
+			deadErrs = append(deadErrs, err)
 		default:
 			retries = append(retries, Retry{Message: m, At: now.Add(r.backoff(m.Attempt)), Err: err.Error()})
 			retryErrs = append(retryErrs, err)
@@ -294,7 +534,7 @@ func (r *Relay) step(ctx context.Context, limit int) (ev BatchEvent, unavailable
 	ev.Err = err
 
 	r.report(ctx, sent, retries, retryErrs, refunds, dead, deadErrs, down)
-	r.batchDone(ev, start)
+	r.batchDone(ev, b.start)
 	return ev, unavailable, err
 }
 

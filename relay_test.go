@@ -307,12 +307,18 @@ func TestRelayOrderingKeepsAggregateOrderAcrossRetries(t *testing.T) {
 func TestRelayRunTwice(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	r := fastRelay(t, b.store, outboxtest.NewPublisher())
+	b.write(t, msg("a", 1))
+	pub := outboxtest.NewPublisher()
+	published := make(chan struct{}, 1)
+	pub.OnDeliver(func(*outbox.Message) {
+		select {
+		case published <- struct{}{}:
+		default:
+		}
+	})
+	r := fastRelay(t, b.store, pub)
 	stop := run(t, r)
-	cancelled, cancel := context.WithCancel(context.Background())
-	cancel() // if the first Run has not started yet, this one returns at once and we try again
-	testsvc.Eventually(t, 5*time.Second, func() bool {
-		return errors.Is(r.Run(cancelled), outbox.ErrRunning)
-	}, "second Run refused")
+	<-published // the first Run is running: it has published
+	require.ErrorIs(t, r.Run(context.Background()), outbox.ErrRunning)
 	stop()
 }

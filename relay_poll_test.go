@@ -1,0 +1,199 @@
+package outbox_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/outboxtest"
+)
+
+// clockStore is an in-memory outbox.Store for the relay's timer logic, run
+// inside a synctest bubble where time only moves when every goroutine waits:
+// it records when each claim happened (relative to the bubble's start) and
+// how many rows it returned. Rows are added with add. Acks and the rest only
+// remove or keep rows; they do no I/O.
+type clockStore struct {
+	mu      sync.Mutex
+	start   time.Time
+	pending []*outbox.Message
+	nextID  int64
+	claims  []claimAt
+}
+
+type claimAt struct {
+	at   time.Duration
+	rows int
+}
+
+func newClockStore() *clockStore { return &clockStore{start: time.Now()} }
+
+func (s *clockStore) add(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for range n {
+		s.nextID++
+		s.pending = append(s.pending, &outbox.Message{RowID: s.nextID, MessageID: outbox.NewMessageID(),
+			AggregateType: "order", AggregateID: "1", EventType: "ORDER_PAID", Payload: []byte(`{}`)})
+	}
+}
+
+func (s *clockStore) history() []claimAt {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]claimAt(nil), s.claims...)
+}
+
+func (s *clockStore) Claim(_ context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := min(p.Limit, len(s.pending))
+	c := &outbox.Claim{}
+	for _, m := range s.pending[:n] {
+		cp := *m
+		cp.Attempt = 1
+		c.Messages = append(c.Messages, &cp)
+	}
+	s.pending = s.pending[n:]
+	s.claims = append(s.claims, claimAt{at: time.Since(s.start), rows: n})
+	return c, nil
+}
+
+func (s *clockStore) Ack(_ context.Context, p outbox.AckParams) (int, error) { return len(p.Messages), nil }
+func (s *clockStore) Reschedule(context.Context, outbox.RescheduleParams) error {
+	return nil
+}
+func (s *clockStore) Kill(context.Context, outbox.KillParams) error { return nil }
+func (s *clockStore) Stats(context.Context) (*outbox.Stats, error) {
+	return &outbox.Stats{}, nil
+}
+
+// runFor runs r in the bubble for d of fake time, then stops it.
+func runFor(t *testing.T, r *outbox.Relay, d time.Duration, during func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	if during != nil {
+		during()
+	}
+	time.Sleep(d)
+	cancel()
+	require.NoError(t, <-done)
+}
+
+func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// TestRelayAdaptivePolling checks, in fake time, when the relay claims: at
+// once while claims come back full, the minimum poll interval after a claim
+// that found rows, then twice as long after each empty claim up to the poll
+// interval, where an idle relay stays: one claim per poll interval.
+func TestRelayAdaptivePolling(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		rows    int
+		runFor  time.Duration
+		want    []claimAt
+		wantSum int
+	}{
+		{
+			name:   "IdleCostsOneClaimPerPollInterval",
+			rows:   0,
+			runFor: ms(10_500),
+			want: []claimAt{{0, 0}, {ms(1000), 0}, {ms(2000), 0}, {ms(3000), 0}, {ms(4000), 0}, {ms(5000), 0},
+				{ms(6000), 0}, {ms(7000), 0}, {ms(8000), 0}, {ms(9000), 0}, {ms(10_000), 0}},
+		},
+		{
+			name:   "PartialBatchThenBackOff",
+			rows:   5,
+			runFor: ms(2500),
+			want: []claimAt{{0, 5}, {ms(10), 0}, {ms(20), 0}, {ms(40), 0}, {ms(80), 0}, {ms(160), 0}, {ms(320), 0},
+				{ms(640), 0}, {ms(1280), 0}, {ms(2280), 0}},
+		},
+		{
+			name:   "FullBatchesAtOnce",
+			rows:   25,
+			runFor: ms(50),
+			want:   []claimAt{{0, 10}, {0, 10}, {0, 5}, {ms(10), 0}, {ms(20), 0}, {ms(40), 0}},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				st := newClockStore()
+				st.add(tc.rows)
+				pub := outboxtest.NewPublisher()
+				r, err := outbox.NewRelay(st, pub, outbox.WithBatchSize(10), outbox.WithPollInterval(time.Second),
+					outbox.WithMinPollInterval(10*time.Millisecond))
+				require.NoError(t, err)
+				runFor(t, r, tc.runFor, nil)
+				require.Equal(t, tc.want, st.history())
+				require.Equal(t, tc.rows, pub.Count())
+			})
+		})
+	}
+}
+
+// TestRelayNotifyCutsTheWaitAndCoalesces: an idle relay with an hour-long
+// poll interval claims at the moment it is notified, and a burst of
+// notifications is answered by one claim.
+func TestRelayNotifyCutsTheWaitAndCoalesces(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		st := newClockStore()
+		pub := outboxtest.NewPublisher()
+		r, err := outbox.NewRelay(st, pub, outbox.WithPollInterval(time.Hour))
+		require.NoError(t, err)
+		runFor(t, r, 10*time.Second, func() {
+			synctest.Wait() // the first claim happened; the relay sleeps for an hour
+			time.Sleep(5 * time.Second)
+			st.add(3)
+			for range 1000 { // a burst: one claim answers all of it
+				r.Notify()
+			}
+		})
+		// One claim at the notification, then the adaptive back-off (10 ms, 20 ms, ...).
+		h := st.history()
+		require.GreaterOrEqual(t, len(h), 4)
+		require.Equal(t, []claimAt{{0, 0}, {ms(5000), 3}, {ms(5010), 0}, {ms(5020), 0}}, h[:4])
+		require.Equal(t, 3, pub.Count())
+	})
+}
+
+// TestRelayOptionsAdaptive checks the new options' validation.
+func TestRelayOptionsAdaptive(t *testing.T) {
+	t.Parallel()
+	st := newClockStore()
+	pub := outboxtest.NewPublisher()
+	cases := []struct {
+		name string
+		opt  outbox.RelayOption
+		want string // "" = valid
+	}{
+		{"MinPollOneMillisecond", outbox.WithMinPollInterval(time.Millisecond), ""},
+		{"MinPollAbovePollIsAllowed", outbox.WithMinPollInterval(time.Hour), ""},
+		{"MinPollTooShort", outbox.WithMinPollInterval(time.Microsecond), "WithMinPollInterval"},
+		{"InFlightOne", outbox.WithMaxInFlight(1), ""},
+		{"InFlightSixtyFour", outbox.WithMaxInFlight(64), ""},
+		{"InFlightZero", outbox.WithMaxInFlight(0), "WithMaxInFlight"},
+		{"InFlightTooMany", outbox.WithMaxInFlight(65), "WithMaxInFlight"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := outbox.NewRelay(st, pub, tc.opt)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
