@@ -64,7 +64,9 @@ func (s *clockStore) Claim(_ context.Context, p outbox.ClaimParams) (*outbox.Cla
 	return c, nil
 }
 
-func (s *clockStore) Ack(_ context.Context, p outbox.AckParams) (int, error) { return len(p.Messages), nil }
+func (s *clockStore) Ack(_ context.Context, p outbox.AckParams) (int, error) {
+	return len(p.Messages), nil
+}
 func (s *clockStore) Reschedule(context.Context, outbox.RescheduleParams) error {
 	return nil
 }
