@@ -533,7 +533,7 @@ func (r *Relay) settle(ctx context.Context, b *batch) (ev BatchEvent, unavailabl
 	err = errors.Join(storeErrs...)
 	ev.Err = err
 
-	r.report(ctx, sent, retries, retryErrs, refunds, dead, deadErrs, down)
+	r.report(ctx, now, sent, retries, retryErrs, refunds, dead, deadErrs, down)
 	r.batchDone(ev, b.start)
 	return ev, unavailable, err
 }
@@ -587,7 +587,8 @@ func (r *Relay) destinationDown(ctx context.Context, errs []error) error {
 }
 
 // report logs and hooks the fate of every message of a batch.
-func (r *Relay) report(ctx context.Context, sent []*Message, retries []Retry, retryErrs []error,
+// decided is when the batch's fate was decided, which the retry delays count from.
+func (r *Relay) report(ctx context.Context, decided time.Time, sent []*Message, retries []Retry, retryErrs []error,
 	refunds []Retry, dead []Dead, deadErrs []error, unavailable error) {
 	now := time.Now()
 	for _, m := range sent {
@@ -599,7 +600,7 @@ func (r *Relay) report(ctx context.Context, sent []*Message, retries []Retry, re
 		m := rt.Message
 		r.log.LogAttrs(ctx, slog.LevelWarn, "publish failed, will retry",
 			slog.String(attrMessageID, m.MessageID), slog.String(attrEventType, m.EventType),
-			slog.Int(attrAttempt, m.Attempt), slog.Duration(attrDelay, rt.At.Sub(now)),
+			slog.Int(attrAttempt, m.Attempt), slog.Duration(attrDelay, rt.At.Sub(decided)),
 			slog.String(attrError, rt.Err))
 		r.message(MessageEvent{Message: m, Result: ResultRetry, Err: retryErrs[i]})
 	}

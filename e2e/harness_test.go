@@ -4,11 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -18,15 +20,19 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
 	"github.com/outboxkit/outbox/publisher/natspub"
+	"github.com/outboxkit/outbox/store/mysqlstore"
 	"github.com/outboxkit/outbox/store/pgstore"
 	"github.com/outboxkit/outbox/store/sqlitestore"
 )
 
 // backend is one database with a migrated outbox table.
 type backend struct {
-	name  string // "postgres" or "sqlite"
+	name  string // "postgres", "mysql" or "sqlite"
 	dsn   string // for child processes
 	table string
+	// now is the SQL expression of the current time as the store writes
+	// next_retry_at (in UTC), for conditions such as "leased".
+	now   string
 	store outbox.Store
 	// write runs one transaction that writes msgs and commits (or rolls back).
 	write func(ctx context.Context, commit bool, msgs ...*outbox.Message) error
@@ -41,7 +47,12 @@ type backend struct {
 
 type backendFunc func(t *testing.T, contractOnly bool) *backend
 
-var backends = map[string]backendFunc{"postgres": postgresBackend, "sqlite": sqliteBackend}
+var backends = map[string]backendFunc{"postgres": postgresBackend, "mysql": mysqlBackend, "sqlite": sqliteBackend}
+
+// leased is the condition of a row that a relay holds: claimed, lease not yet over.
+func (b *backend) leased() string {
+	return "status = 0 AND next_retry_at > " + b.now
+}
 
 // contractDDL creates a table with only the table contract's columns, as a team's
 // hand-made table would have.
@@ -69,7 +80,7 @@ func postgresBackend(t *testing.T, contractOnly bool) *backend {
 	}
 	w := outbox.NewWriter[pgx.Tx](st, outbox.WithMaxPayloadSize(4<<20))
 	return (&backend{
-		name: "postgres", dsn: dsn, table: table, store: st,
+		name: "postgres", dsn: dsn, table: table, store: st, now: "now()",
 		tx: func(ctx context.Context, fn func(write func(msgs ...*outbox.Message) error) error) error {
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				return fn(func(msgs ...*outbox.Message) error { return w.Write(ctx, tx, msgs...) })
@@ -118,24 +129,101 @@ func sqliteBackend(t *testing.T, contractOnly bool) *backend {
 	w := outbox.NewWriter[*sql.Tx](st, outbox.WithMaxPayloadSize(4<<20))
 	return (&backend{
 		name: "sqlite", dsn: "sqlite://" + path, table: table, store: st,
-		tx: func(ctx context.Context, fn func(write func(msgs ...*outbox.Message) error) error) error {
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			if err := fn(func(msgs ...*outbox.Message) error { return w.Write(ctx, tx, msgs...) }); err != nil {
-				_ = tx.Rollback()
-				return err
-			}
-			return tx.Commit()
-		},
-		count: func(ctx context.Context, where string) (n int64, err error) {
-			err = db.QueryRowContext(ctx, "SELECT count(*) FROM "+table+" WHERE "+where).Scan(&n)
-			return n, err
-		},
-		exec: func(ctx context.Context, q string) error { _, err := db.ExecContext(ctx, q); return err },
-		rows: func(ctx context.Context, q string) ([][]any, error) { return sqlRows(ctx, db, q) },
+		now:   "strftime('%Y-%m-%d %H:%M:%f', 'now')",
+		tx:    sqlTx(db, w),
+		count: sqlCount(db, table),
+		exec:  func(ctx context.Context, q string) error { _, err := db.ExecContext(ctx, q); return err },
+		rows:  func(ctx context.Context, q string) ([][]any, error) { return sqlRows(ctx, db, q) },
 	}).withWrite()
+}
+
+// contractMySQL is the outbox table as teams paste it from the well-known
+// MySQL write-ups: whole-second DATETIME columns with CURRENT_TIMESTAMP
+// defaults, a JSON payload, InnoDB and utf8mb4, and none of our own columns or
+// indexes (no headers, no last_error, no (status, id) index).
+const contractMySQL = `CREATE TABLE %s (
+  id             BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
+  message_id     VARCHAR(64) NOT NULL COMMENT 'global id for consumer dedup',
+  aggregate_type VARCHAR(64) NOT NULL,
+  aggregate_id   VARCHAR(64) NOT NULL,
+  event_type     VARCHAR(64) NOT NULL,
+  payload        JSON NOT NULL,
+  status         TINYINT NOT NULL DEFAULT 0 COMMENT '0 pending, 1 sent, 2 failed',
+  retry_count    INT NOT NULL DEFAULT 0,
+  next_retry_at  DATETIME NULL,
+  created_at     DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
+  updated_at     DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+  INDEX idx_status_next_retry (status, next_retry_at),
+  INDEX idx_aggregate (aggregate_type, aggregate_id),
+  UNIQUE KEY uk_message_id (message_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
+
+// mysqlBackend is a MariaDB/MySQL database of the test's own. The store's
+// *sql.DB comes from mysqlstore.Open (UTC session), and child relays get the
+// same database as a mysql:// URL, the form `outbox relay --db` takes.
+func mysqlBackend(t *testing.T, contractOnly bool) *backend {
+	_, dsn := testsvc.MySQLDatabase(t)
+	db, err := mysqlstore.Open(dsn)
+	require.NoError(t, err)
+	db.SetMaxOpenConns(8)
+	t.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+	table := "outbox_message"
+	if contractOnly {
+		table = "team_outbox"
+		_, err := db.ExecContext(ctx, fmt.Sprintf(contractMySQL, table))
+		require.NoError(t, err)
+	}
+	st, err := mysqlstore.New(db, mysqlstore.WithTable(table))
+	require.NoError(t, err)
+	if !contractOnly {
+		require.NoError(t, st.Migrate(ctx))
+	}
+	w := outbox.NewWriter[*sql.Tx](st, outbox.WithMaxPayloadSize(4<<20))
+	return (&backend{
+		name: "mysql", dsn: mysqlURL(t, dsn), table: table, store: st, now: "UTC_TIMESTAMP(6)",
+		tx:    sqlTx(db, w),
+		count: sqlCount(db, table),
+		exec:  func(ctx context.Context, q string) error { _, err := db.ExecContext(ctx, q); return err },
+		rows:  func(ctx context.Context, q string) ([][]any, error) { return sqlRows(ctx, db, q) },
+	}).withWrite()
+}
+
+// mysqlURL turns a go-sql-driver DSN over TCP into the mysql://user:pass@host:port/db URL.
+func mysqlURL(t *testing.T, dsn string) string {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
+	require.NoError(t, err)
+	require.Equal(t, "tcp", cfg.Net, "child relays reach MySQL over TCP; OUTBOX_TEST_MYSQL is %s", cfg.Net)
+	u := url.URL{Scheme: "mysql", Host: cfg.Addr, Path: "/" + cfg.DBName}
+	if cfg.Passwd != "" {
+		u.User = url.UserPassword(cfg.User, cfg.Passwd)
+	} else {
+		u.User = url.User(cfg.User)
+	}
+	return u.String()
+}
+
+// sqlTx runs fn in one database/sql transaction with w bound to it.
+func sqlTx(db *sql.DB, w *outbox.Writer[*sql.Tx]) func(ctx context.Context, fn func(write func(msgs ...*outbox.Message) error) error) error {
+	return func(ctx context.Context, fn func(write func(msgs ...*outbox.Message) error) error) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := fn(func(msgs ...*outbox.Message) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
+}
+
+func sqlCount(db *sql.DB, table string) func(ctx context.Context, where string) (int64, error) {
+	return func(ctx context.Context, where string) (n int64, err error) {
+		err = db.QueryRowContext(ctx, "SELECT count(*) FROM "+table+" WHERE "+where).Scan(&n)
+		return n, err
+	}
 }
 
 var errRollback = fmt.Errorf("rollback on purpose")

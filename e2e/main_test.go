@@ -1,7 +1,8 @@
 // Package e2e_test runs the relay end to end against the real services: the
-// outbox table in PostgreSQL or SQLite, the relay as a separate OS process
-// (the test binary re-executed in child mode) so that kill -9 and SIGSTOP are
-// real, and NATS JetStream with a consumer that counts every delivery.
+// outbox table in PostgreSQL, MySQL (MariaDB) or SQLite, the relay as a
+// separate OS process (the test binary re-executed in child mode) so that
+// kill -9 and SIGSTOP are real, and NATS JetStream with a consumer that
+// counts every delivery.
 package e2e_test
 
 import (
@@ -27,6 +28,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/publisher/natspub"
+	"github.com/outboxkit/outbox/store/mysqlstore"
 	"github.com/outboxkit/outbox/store/pgstore"
 	"github.com/outboxkit/outbox/store/sqlitestore"
 )
@@ -74,8 +76,8 @@ func childConfigFromEnv() (childConfig, error) {
 	}, nil
 }
 
-// openStore opens the store named by a DSN: postgres://... or sqlite://PATH.
-// The returned func closes what was opened.
+// openStore opens the store named by a DSN: postgres://..., mysql://... or
+// sqlite://PATH. The returned func closes what was opened.
 func openStore(ctx context.Context, dsn, table string) (outbox.Store, func(), error) {
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"):
@@ -89,6 +91,17 @@ func openStore(ctx context.Context, dsn, table string) (outbox.Store, func(), er
 			return nil, nil, err
 		}
 		return st, pool.Close, nil
+	case strings.HasPrefix(dsn, "mysql://"):
+		db, err := mysqlstore.Open(dsn)
+		if err != nil {
+			return nil, nil, err
+		}
+		st, err := mysqlstore.New(db, mysqlstore.WithTable(table))
+		if err != nil {
+			db.Close()
+			return nil, nil, err
+		}
+		return st, func() { db.Close() }, nil
 	case strings.HasPrefix(dsn, "sqlite://"):
 		db, err := sqlitestore.Open(strings.TrimPrefix(dsn, "sqlite://"))
 		if err != nil {
@@ -281,6 +294,19 @@ func (p *relayProc) totals() batchLine {
 		}
 	}
 	return s
+}
+
+// errors returns the store errors the relay reported, at most max of them.
+func (p *relayProc) errors(max int) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []string
+	for _, l := range p.all {
+		if l.Err != "" && len(errs) < max {
+			errs = append(errs, l.Err)
+		}
+	}
+	return errs
 }
 
 func (p *relayProc) signal(sig syscall.Signal) {

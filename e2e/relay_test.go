@@ -61,34 +61,69 @@ func TestCommitPublishesRollbackDoesNot(t *testing.T) {
 }
 
 // TestFourRelayProcesses drains 20,000 messages with four relay processes at
-// once: every message arrives, and no row was ever claimed twice (retry_count
-// stays 1 for all), so nothing was published twice.
+// once: every message arrives once, no relay ever lost a row to another
+// (nothing fenced), and every attempt beyond a row's first is a retry that a
+// relay reported (a publish that timed out on a busy machine), never a second
+// relay claiming a row that was taken.
+//
+// It runs on the database servers. SQLite is one file with one writer at a
+// time: four processes take turns at its lock under busy_timeout, which is
+// not fair, and on a busy machine an acknowledgement can wait past the
+// relay's store timeout (seen here: "ack 100 messages: sqlitestore: ack:
+// context deadline exceeded"), so its batch is claimed again after the
+// lease: a bounded duplicate, but one no relay reported as a retry, which
+// this test does not allow. sqlitestore's own multi-process test shows that
+// processes never share a row.
 func TestFourRelayProcesses(t *testing.T) {
 	t.Parallel()
-	be, br := postgresBackend(t, false), newBroker(t)
-	const n = 20_000
-	produce(t, be, n, 200)
-	cfg := br.childConfig(be)
-	cfg.Lease = 10 * time.Second
-	var relays []*relayProc
-	for range 4 {
-		relays = append(relays, startRelay(t, cfg))
+	for _, name := range []string{"postgres", "mysql"} {
+		newBackend := backends[name]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			be, br := newBackend(t, false), newBroker(t)
+			const n = 20_000
+			produce(t, be, n, 200)
+			cfg := br.childConfig(be)
+			cfg.Lease, cfg.PublishTimeout = 10*time.Second, outbox.DefaultPublishTimeout
+			var relays []*relayProc
+			for range 4 {
+				relays = append(relays, startRelay(t, cfg))
+			}
+			br.waitDistinct(t, n, 120*time.Second)
+			testsvc.Eventually(t, 30*time.Second, func() bool { return mustCount(t, be, "status = 0") == 0 },
+				"rows left pending")
+			for _, r := range relays {
+				require.NoError(t, r.stop(10*time.Second))
+			}
+			busy, retried, fenced := 0, 0, 0
+			for i, r := range relays {
+				tot := r.totals()
+				t.Logf("relay %d: claimed %d, sent %d, retried %d, fenced %d, errors %q", i, tot.Claimed, tot.Sent,
+					tot.Retried, tot.Fenced, r.errors(3))
+				if tot.Sent > 0 {
+					busy++
+				}
+				retried += tot.Retried
+				fenced += tot.Fenced
+			}
+			distinct, total := br.counts()
+			require.Equal(t, n, distinct)
+			require.Equal(t, n, total, "duplicates delivered")
+			require.EqualValues(t, n, mustCount(t, be, "status = 1"))
+			require.Zero(t, fenced, "a relay lost rows it held to another")
+			// Attempts beyond the first: rows with retry_count >= 2, plus those with >= 3, ...
+			var extra int64
+			for k := 2; ; k++ {
+				c := mustCount(t, be, fmt.Sprintf("retry_count >= %d", k))
+				if c == 0 {
+					break
+				}
+				extra += c
+			}
+			require.EqualValues(t, retried, extra, "a row was claimed again without a reported retry")
+			require.GreaterOrEqual(t, busy, 2, "the relays did not share the work")
+		})
 	}
-	br.waitDistinct(t, n, 120*time.Second)
-	for _, r := range relays {
-		require.NoError(t, r.stop(10*time.Second))
-	}
-	distinct, total := br.counts()
-	require.Equal(t, n, distinct)
-	require.Equal(t, n, total, "duplicates delivered")
-	require.EqualValues(t, n, mustCount(t, be, "status = 1 AND retry_count = 1"), "a row was claimed more than once")
-	busy := 0
-	for _, r := range relays {
-		if r.totals().Sent > 0 {
-			busy++
-		}
-	}
-	require.GreaterOrEqual(t, busy, 2, "the relays did not share the work")
 }
 
 // TestKillNineMidBatch kills a relay process with SIGKILL between the broker's
@@ -118,6 +153,10 @@ func TestKillNineMidBatch(t *testing.T) {
 			cfg.PauseAfterPublish = 0
 			p2 := startRelay(t, cfg)
 			br.waitDistinct(t, n, 60*time.Second)
+			// The batch in flight reached the broker before the kill, so every message can be
+			// there before its lease ran out: wait for the rows too.
+			testsvc.Eventually(t, 30*time.Second, func() bool { return mustCount(t, be, "status = 0") == 0 },
+				"the batch in flight was not taken over after its lease")
 			require.NoError(t, p2.stop(10*time.Second))
 			for _, id := range ids {
 				require.GreaterOrEqual(t, br.deliveries(id), 1, "message %s lost", id)
@@ -139,37 +178,48 @@ func TestKillNineMidBatch(t *testing.T) {
 // deliver them, then resumes the first: its late acknowledgement changes nothing.
 func TestPausedRelayLateAckIsFenced(t *testing.T) {
 	t.Parallel()
-	be, br := postgresBackend(t, false), newBroker(t)
-	ids := produce(t, be, 500, 100)
-	cfg := br.childConfig(be)
-	cfg.PauseAfterPublish = 300 * time.Millisecond
-	zombie := startRelay(t, cfg)
-	zombie.fresh()
-	zombie.waitFor(func(l batchLine) bool { return l.Event == "published" }, 30*time.Second, "a published batch")
-	zombie.signal(syscall.SIGSTOP)
-	held := mustCount(t, be, "status = 0 AND retry_count = 1 AND next_retry_at > now()")
-	require.Positive(t, held, "the zombie held no rows when it was stopped")
+	for name, newBackend := range backends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			be, br := newBackend(t, false), newBroker(t)
+			ids := produce(t, be, 500, 100)
+			cfg := br.childConfig(be)
+			cfg.PauseAfterPublish = 300 * time.Millisecond
+			zombie := startRelay(t, cfg)
+			zombie.fresh()
+			zombie.waitFor(func(l batchLine) bool { return l.Event == "published" }, 30*time.Second, "a published batch")
+			zombie.signal(syscall.SIGSTOP)
+			held := mustCount(t, be, be.leased()+" AND retry_count = 1")
+			require.Positive(t, held, "the zombie held no rows when it was stopped")
 
-	time.Sleep(cfg.Lease + 500*time.Millisecond) // outlast the zombie's lease
-	runRelay(t, be.store, br.publisher(t))
-	br.waitDistinct(t, len(ids), 30*time.Second)
-	testsvc.Eventually(t, 10*time.Second, func() bool { return mustCount(t, be, "status = 0") == 0 }, "not drained")
-	takenOver := mustCount(t, be, "retry_count = 2")
-	require.Equal(t, held, takenOver, "the rows the zombie held were claimed again by the other relay")
+			time.Sleep(cfg.Lease + 500*time.Millisecond) // outlast the zombie's lease
+			runRelay(t, be.store, br.publisher(t))
+			br.waitDistinct(t, len(ids), 30*time.Second)
+			testsvc.Eventually(t, 10*time.Second, func() bool { return mustCount(t, be, "status = 0") == 0 }, "not drained")
+			takenOver := mustCount(t, be, "retry_count = 2")
+			require.Equal(t, held, takenOver, "the rows the zombie held were claimed again by the other relay")
 
-	zombie.signal(syscall.SIGCONT)
-	zombie.waitFor(func(l batchLine) bool { return l.Event == "batch" && l.Fenced > 0 }, 30*time.Second,
-		"the zombie's fenced ack")
-	require.NoError(t, zombie.stop(10*time.Second))
-	require.EqualValues(t, held, zombie.totals().Fenced, "every row of the zombie's batch was fenced")
-	require.Equal(t, takenOver, mustCount(t, be, "retry_count = 2 AND status = 1"), "late ack changed the rows")
-	distinct, _ := br.counts()
-	require.Equal(t, len(ids), distinct)
+			zombie.signal(syscall.SIGCONT)
+			zombie.waitFor(func(l batchLine) bool { return l.Event == "batch" && l.Fenced > 0 }, 30*time.Second,
+				"the zombie's fenced ack")
+			require.NoError(t, zombie.stop(10*time.Second))
+			require.EqualValues(t, held, zombie.totals().Fenced, "every row of the zombie's batch was fenced")
+			require.Equal(t, takenOver, mustCount(t, be, "retry_count = 2 AND status = 1"), "late ack changed the rows")
+			distinct, _ := br.counts()
+			require.Equal(t, len(ids), distinct)
+		})
+	}
 }
 
 // TestBrokerOutage cuts the relay's connection to NATS for a minute (shorter
 // with OUTBOX_E2E_OUTAGE): no message goes dead because of the outage, the
-// relay does not spend attempts on it, and everything arrives once it is back.
+// relay does not spend attempts on it (the store gives them back), and
+// everything arrives once it is back.
+//
+// The relay's pausing and probing do not depend on the database, so the
+// minute is spent once, on PostgreSQL. On MySQL the cut lasts 10 s, enough
+// for several rounds of probing and of the store's refunds, which are the
+// part that is MySQL's own.
 func TestBrokerOutage(t *testing.T) {
 	t.Parallel()
 	outage := time.Minute
@@ -178,33 +228,39 @@ func TestBrokerOutage(t *testing.T) {
 		require.NoError(t, err)
 		outage = d
 	}
-	be, br := postgresBackend(t, false), newBroker(t)
-	proxy := faultproxy.New(t, strings.TrimPrefix(br.url, "nats://"))
-	pub := publisherAt(t, "nats://"+proxy.Addr(), br.prefix)
-	var downs, ups atomic.Int32
-	runRelay(t, be.store, pub, outbox.WithMaxAttempts(3), outbox.WithProbeInterval(200*time.Millisecond, 2*time.Second),
-		outbox.WithHooks(destHook{down: &downs, up: &ups}))
+	for name, outage := range map[string]time.Duration{"postgres": outage, "mysql": min(outage, 10*time.Second)} {
+		newBackend := backends[name]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			be, br := newBackend(t, false), newBroker(t)
+			proxy := faultproxy.New(t, strings.TrimPrefix(br.url, "nats://"))
+			pub := publisherAt(t, "nats://"+proxy.Addr(), br.prefix)
+			var downs, ups atomic.Int32
+			runRelay(t, be.store, pub, outbox.WithMaxAttempts(3), outbox.WithProbeInterval(200*time.Millisecond, 2*time.Second),
+				outbox.WithHooks(destHook{down: &downs, up: &ups}))
 
-	produce(t, be, 200, 50)
-	br.waitDistinct(t, 200, 30*time.Second)
+			produce(t, be, 200, 50)
+			br.waitDistinct(t, 200, 30*time.Second)
 
-	proxy.Cut()
-	ids := produce(t, be, 500, 50)
-	deadline := time.Now().Add(outage)
-	for time.Now().Before(deadline) {
-		require.Zero(t, mustCount(t, be, "status = 2"), "a message went dead because of the outage")
-		time.Sleep(250 * time.Millisecond)
+			proxy.Cut()
+			ids := produce(t, be, 500, 50)
+			deadline := time.Now().Add(outage)
+			for time.Now().Before(deadline) {
+				require.Zero(t, mustCount(t, be, "status = 2"), "a message went dead because of the outage")
+				time.Sleep(250 * time.Millisecond)
+			}
+			require.Positive(t, downs.Load(), "the relay never noticed the destination was down")
+			// Refunded attempts: none of the outage's messages used up its attempts.
+			require.Zero(t, mustCount(t, be, "retry_count >= 3"))
+			proxy.Restore()
+			br.waitDistinct(t, 700, 60*time.Second)
+			for _, id := range ids {
+				require.GreaterOrEqual(t, br.deliveries(id), 1)
+			}
+			require.Zero(t, mustCount(t, be, "status = 2"))
+			require.Positive(t, ups.Load())
+		})
 	}
-	require.Positive(t, downs.Load(), "the relay never noticed the destination was down")
-	// Refunded attempts: none of the outage's messages used up its attempts.
-	require.Zero(t, mustCount(t, be, "retry_count >= 3"))
-	proxy.Restore()
-	br.waitDistinct(t, 700, 60*time.Second)
-	for _, id := range ids {
-		require.GreaterOrEqual(t, br.deliveries(id), 1)
-	}
-	require.Zero(t, mustCount(t, be, "status = 2"))
-	require.Positive(t, ups.Load())
 }
 
 type destHook struct{ down, up *atomic.Int32 }
@@ -251,7 +307,10 @@ func TestPoisonMessages(t *testing.T) {
 				"a permanent failure goes dead on its first attempt")
 			require.EqualValues(t, 1, mustCount(t, be, fmt.Sprintf("message_id = '%s' AND retry_count = 3", unroutable.MessageID)),
 				"a refused message goes dead after max attempts")
-			require.EqualValues(t, len(good), mustCount(t, be, "status = 1"))
+			// The broker may confirm the last good batch before the relay acknowledged it.
+			testsvc.Eventually(t, 10*time.Second, func() bool { return mustCount(t, be, "status = 1") == int64(len(good)) },
+				"every good message marked sent")
+			require.EqualValues(t, len(good), mustCount(t, be, "status <> 2"))
 		})
 	}
 }

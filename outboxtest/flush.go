@@ -21,7 +21,7 @@ func FlushAndWait(ctx context.Context, relay *outbox.Relay, store outbox.Store) 
 		ev, err := relay.Step(ctx)
 		sent += ev.Sent
 		if err != nil && ctx.Err() != nil {
-			return sent, fmt.Errorf("outboxtest: flush: %w", ctx.Err())
+			return sent, stillPending(ctx, store)
 		}
 		if ev.Claimed > 0 {
 			continue
@@ -37,9 +37,21 @@ func FlushAndWait(ctx context.Context, relay *outbox.Relay, store outbox.Store) 
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return sent, fmt.Errorf("outboxtest: flush: %d messages still pending (leased or waiting out a backoff): %w",
-				st.Pending, ctx.Err())
+			return sent, stillPending(ctx, store)
 		case <-t.C:
 		}
 	}
+}
+
+// stillPending is FlushAndWait's error once ctx is done: how many messages
+// are still pending, read with a short deadline of its own.
+func stillPending(ctx context.Context, store outbox.Store) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	st, err := store.Stats(sctx)
+	if err != nil {
+		return fmt.Errorf("outboxtest: flush: %w (stats: %v)", ctx.Err(), err)
+	}
+	return fmt.Errorf("outboxtest: flush: %d messages still pending (leased or waiting out a backoff): %w",
+		st.Pending, ctx.Err())
 }

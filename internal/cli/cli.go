@@ -25,7 +25,18 @@ const (
 // gracefully. Main is safe to call concurrently: each call builds its own
 // command tree.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return MainIO(ctx, args, nil, stdout, stderr)
+}
+
+// MainIO is [Main] with the input the commands read their confirmations
+// from (`outbox dead retry` without --yes); nil means os.Stdin. A stdin that
+// is an *os.File but not a terminal gets no question: the command refuses
+// instead. Any other reader is taken as the operator's answers.
+func MainIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
+	if stdin != nil {
+		root.Reader = stdin
+	}
 	err := root.Run(ctx, args)
 	if err == nil {
 		return ExitOK

@@ -171,7 +171,7 @@ func TestBadInput(t *testing.T) {
 		code int
 		want string // the stderr line, after "outbox: "; a trailing "..." matches a prefix
 	}{
-		{"NoCommand", nil, ExitUsage, "a command is required (relay, migrate, status, demo)"},
+		{"NoCommand", nil, ExitUsage, "a command is required (relay, migrate, status, demo, ...)"}, // then the extraCommands
 		{"UnknownCommand", []string{"frobnicate"}, ExitUsage, `unknown command "frobnicate"; see outbox --help`},
 		{"UnknownFlag", []string{"status", "--frob"}, ExitUsage, "flag provided but not defined: -frob"},
 		{"FlagWithoutValue", []string{"migrate", "--db"}, ExitUsage, "flag needs an argument: --db"},

@@ -103,43 +103,81 @@ func statusCommand() *ucli.Command {
 		Name:  "status",
 		Usage: "show the outbox table's backlog: pending, oldest pending, dead, recently sent",
 		Description: "Sent counts are kept only when the relay marks rows sent (not with --delete-sent).\n" +
-			"With --json, one JSON object: table, pending, oldest_pending_seconds, dead, sent_last_minute, sent_last_hour.",
+			"With --json, one JSON object: table, pending, oldest_pending_seconds, dead, sent_last_minute, sent_last_hour;\n" +
+			"with --watch, one such line per interval (or, without --json, a table under a \"--- time\" line).",
 		Flags: append([]ucli.Flag{
 			configFlag(),
 			&ucli.BoolFlag{Name: "json", Usage: "print one JSON object instead of a table"},
+			&ucli.BoolFlag{Name: "watch", Usage: "print the status again every --interval until Ctrl-C"},
+			&ucli.DurationFlag{Name: "interval", Value: 2 * time.Second, Usage: "with --watch, wait `DURATION` between prints"},
 		}, settingFlags(dbFlags...)...),
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			interval := cmd.Duration("interval")
+			if interval <= 0 {
+				return usage(fmt.Errorf("--interval: %v is not positive", interval))
+			}
 			cfg, db, err := openDB(ctx, cmd)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			st, err := db.Store.Stats(ctx)
-			if err != nil {
-				return fmt.Errorf("read stats of %s: %w", cfg.Table, err)
+			if !cmd.Bool("watch") {
+				return printStatus(ctx, cmd, cfg.Table, db.Store)
 			}
-			out := cmd.Root().Writer
-			if cmd.Bool("json") {
-				enc := json.NewEncoder(out)
-				return enc.Encode(statusJSON{
-					Table: cfg.Table, Pending: st.Pending, OldestPendingSeconds: st.OldestPending.Seconds(),
-					Dead: st.Dead, SentLastMinute: st.SentLastMinute, SentLastHour: st.SentLastHour,
-				})
-			}
-			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			oldest := "-"
-			if st.Pending > 0 {
-				oldest = st.OldestPending.Round(time.Millisecond).String()
-			}
-			fmt.Fprintf(tw, "table\t%s\n", cfg.Table)
-			fmt.Fprintf(tw, "pending\t%d\n", st.Pending)
-			fmt.Fprintf(tw, "oldest pending\t%s\n", oldest)
-			fmt.Fprintf(tw, "dead\t%d\n", st.Dead)
-			fmt.Fprintf(tw, "sent last minute\t%d\n", st.SentLastMinute)
-			fmt.Fprintf(tw, "sent last hour\t%d\n", st.SentLastHour)
-			return tw.Flush()
+			return watchStatus(ctx, cmd, cfg.Table, db.Store, interval)
 		},
 	}
+}
+
+// watchStatus prints the status every interval until ctx is done, then
+// returns nil. A failed read is reported on stderr and the watch goes on.
+func watchStatus(ctx context.Context, cmd *ucli.Command, table string, s daemon.Store, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if !cmd.Bool("json") {
+			fmt.Fprintf(cmd.Root().Writer, "--- %s\n", time.Now().UTC().Format(time.RFC3339))
+		}
+		if err := printStatus(ctx, cmd, table, s); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			fmt.Fprintln(cmd.Root().ErrWriter, "outbox: "+oneLine(err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// printStatus prints the stats of s once, as a table or (--json) one line of JSON.
+func printStatus(ctx context.Context, cmd *ucli.Command, table string, s daemon.Store) error {
+	st, err := s.Stats(ctx)
+	if err != nil {
+		return fmt.Errorf("read stats of %s: %w", table, err)
+	}
+	out := cmd.Root().Writer
+	if cmd.Bool("json") {
+		enc := json.NewEncoder(out)
+		return enc.Encode(statusJSON{
+			Table: table, Pending: st.Pending, OldestPendingSeconds: st.OldestPending.Seconds(),
+			Dead: st.Dead, SentLastMinute: st.SentLastMinute, SentLastHour: st.SentLastHour,
+		})
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	oldest := "-"
+	if st.Pending > 0 {
+		oldest = st.OldestPending.Round(time.Millisecond).String()
+	}
+	fmt.Fprintf(tw, "table\t%s\n", table)
+	fmt.Fprintf(tw, "pending\t%d\n", st.Pending)
+	fmt.Fprintf(tw, "oldest pending\t%s\n", oldest)
+	fmt.Fprintf(tw, "dead\t%d\n", st.Dead)
+	fmt.Fprintf(tw, "sent last minute\t%d\n", st.SentLastMinute)
+	fmt.Fprintf(tw, "sent last hour\t%d\n", st.SentLastHour)
+	return tw.Flush()
 }
 
 func demoCommand() *ucli.Command {

@@ -6,7 +6,13 @@
 //   - relay: run the daemon (internal/daemon) until SIGINT or SIGTERM, then
 //     drain and exit 0.
 //   - migrate: create or upgrade the outbox table.
-//   - status: print the table's backlog, as a table or --json.
+//   - status: print the table's backlog, as a table or --json, once or
+//     every --interval with --watch.
+//   - dead list|show|retry|discard: work the dead messages (outbox.Admin),
+//     with filters; bulk actions ask for confirmation unless --yes, and
+//     --dry-run changes nothing.
+//   - archive: move (or --delete) sent rows older than --older-than in
+//     batches of --batch rows until none are left, safe while relays run.
 //   - demo: replay the lost-message incident, naive code against the outbox
 //     (internal/demo).
 //

@@ -1,11 +1,14 @@
 package mysqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -44,9 +47,11 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 		return nil, fmt.Errorf("mysqlstore: claim: %w", err)
 	}
 	q, sel := s.claimSQL(info, p)
+	ord := s.orderedClaimSQL(info, p, sel)
+	lease := s.leaseSQL(info)
 	var c *outbox.Claim
 	err = retryDeadlock(ctx, func() (err error) {
-		c, err = s.claimOnce(ctx, q, sel, p)
+		c, err = s.claimOnce(ctx, q, ord, lease, sel, p)
 		return err
 	})
 	if err != nil {
@@ -55,52 +60,86 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	return c, nil
 }
 
-func (s *Store) claimOnce(ctx context.Context, q string, sel []string, p outbox.ClaimParams) (*outbox.Claim, error) {
+// claimOnce runs a claim in one READ COMMITTED transaction: the locking
+// SELECT q, or with ord (an ordered claim on a table with the head index)
+// the statements of ordered.go, then the UPDATE that leases what they took.
+func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, lease string, sel []string,
+	p outbox.ClaimParams) (*outbox.Claim, error) {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 
-	rows, err := tx.QueryContext(ctx, q, p.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("lock rows: %w", err)
-	}
 	c := &outbox.Claim{}
 	var ids []any
-	for rows.Next() {
-		var id, retries int64
-		vals := make([]any, len(sel))
-		ptrs := make([]any, len(sel)+2)
-		ptrs[0], ptrs[1] = &id, &retries
-		for i := range vals {
-			ptrs[i+2] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("read row: %w", err)
-		}
-		ids = append(ids, id)
-		m, err := decodeRow(sel, vals)
-		m.RowID, m.Attempt = id, int(retries)+1
+	taken := map[int64]bool{}
+	// read runs a locking SELECT and keeps the rows it has not taken yet, up to the limit.
+	read := func(query string, args ...any) error {
+		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
-			c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: m, Err: err})
-			continue
+			return fmt.Errorf("lock rows: %w", err)
 		}
-		c.Messages = append(c.Messages, m)
+		defer rows.Close()
+		for rows.Next() {
+			var id, retries int64
+			vals := make([]any, len(sel))
+			ptrs := make([]any, len(sel)+2)
+			ptrs[0], ptrs[1] = &id, &retries
+			for i := range vals {
+				ptrs[i+2] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				return fmt.Errorf("read row: %w", err)
+			}
+			if taken[id] || len(ids) == p.Limit {
+				continue
+			}
+			taken[id] = true
+			ids = append(ids, id)
+			m, err := decodeRow(sel, vals)
+			m.RowID, m.Attempt = id, int(retries)+1
+			if err != nil {
+				c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: m, Err: err})
+				continue
+			}
+			c.Messages = append(c.Messages, m)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("lock rows: %w", err)
+		}
+		return rows.Close()
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("lock rows: %w", err)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, fmt.Errorf("lock rows: %w", err)
+	if ord == nil {
+		if err := read(q, p.Limit); err != nil {
+			return nil, err
+		}
+	} else {
+		bound := int64(math.MaxInt64)
+		beyond := true
+		switch err := tx.QueryRowContext(ctx, ord.bound).Scan(&bound); {
+		case errors.Is(err, sql.ErrNoRows):
+			bound, beyond = math.MaxInt64, false // the whole backlog fits in the window
+		case err != nil:
+			return nil, fmt.Errorf("read the window: %w", err)
+		}
+		if err := read(ord.walk, bound, p.Limit); err != nil {
+			return nil, err
+		}
+		if len(ids) < p.Limit && beyond {
+			// Rows the walk took come back too (this transaction's own locks
+			// are not skipped); read drops them.
+			if err := read(ord.heads, p.Limit); err != nil {
+				return nil, err
+			}
+			slices.SortFunc(c.Messages, func(a, b *outbox.Message) int { return cmp.Compare(a.RowID, b.RowID) })
+			slices.SortFunc(c.Malformed, func(a, b outbox.MalformedRow) int { return cmp.Compare(a.Message.RowID, b.Message.RowID) })
+		}
 	}
 	for lo := 0; lo < len(ids); lo += s.chunk {
 		chunk := ids[lo:min(lo+s.chunk, len(ids))]
 		args := append([]any{p.Lease.Microseconds()}, chunk...)
-		_, err := tx.ExecContext(ctx, "UPDATE "+s.table.quoted()+" SET retry_count = COALESCE(retry_count, 0) + 1,"+
-			" next_retry_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, updated_at = UTC_TIMESTAMP(6)"+
-			" WHERE id IN ("+placeholders(len(chunk))+")", args...)
+		_, err := tx.ExecContext(ctx, lease+" WHERE id IN ("+placeholders(len(chunk))+")", args...)
 		if err != nil {
 			return nil, fmt.Errorf("lease rows: %w", err)
 		}
@@ -109,6 +148,20 @@ func (s *Store) claimOnce(ctx context.Context, q string, sel []string, p outbox.
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return c, nil
+}
+
+// leaseSQL is the start of the UPDATE that counts the attempt of claimed
+// rows and leases them; its first parameter is the lease in microseconds,
+// then comes WHERE id IN (...). It names the primary key when the table has
+// it on id, so that on a table small next to the batch the optimizer reads
+// only the claimed rows instead of scanning all.
+func (s *Store) leaseSQL(info tableInfo) string {
+	t := s.table.quoted()
+	if info.pkID {
+		t += " FORCE INDEX (PRIMARY)"
+	}
+	return "UPDATE " + t + " SET retry_count = COALESCE(retry_count, 0) + 1," +
+		" next_retry_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, updated_at = UTC_TIMESTAMP(6)"
 }
 
 // The columns a claim decodes, after id and retry_count; the optional ones

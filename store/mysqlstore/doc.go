@@ -18,8 +18,9 @@
 // retry_count INT, next_retry_at, created_at and updated_at DATETIME(6),
 // indexes on (status, next_retry_at) and (aggregate_type, aggregate_id))
 // plus headers JSON, topic and partition_key VARCHAR(255), last_error TEXT
-// and an index on (status, id) for the claim path; InnoDB, utf8mb4 with a
-// binary collation.
+// an index on (status, id) for the claim path and one on (status,
+// aggregate_type, aggregate_id, id) for ordered claims; InnoDB, utf8mb4 with
+// a binary collation.
 //
 // A Store also works on a table that a team already has, such as the widely
 // pasted one with DATETIME (whole seconds) columns and CURRENT_TIMESTAMP
@@ -28,7 +29,7 @@
 // and errors not recorded). With whole-second DATETIME columns, leases and
 // retry times have a resolution of one second (MariaDB truncates the
 // fraction, MySQL rounds it). Migrate, run on such a table, adds the optional
-// columns and the (status, id) index and changes nothing else.
+// columns and the two indexes and changes nothing else.
 //
 // On MariaDB, JSON is a LONGTEXT with a JSON_VALID check and keeps the
 // payload byte for byte; MySQL 8 stores JSON parsed and gives it back
@@ -56,10 +57,13 @@
 // fencing token) and sets next_retry_at to now plus the lease, and COMMIT.
 // MariaDB's UPDATE has no RETURNING, so the rows are read by the locking
 // SELECT; while they are locked nobody else can change them. Ack, Reschedule
-// and Kill are one statement per 1,000 messages, a join with a derived table
-// of the batch's ids and attempts, changing a row only while it is pending
-// and its retry_count still equals the attempt: a relay that lost its lease
-// changes nothing. Statements lock rows in id order, and one that InnoDB
+// and Kill are one statement per 1,000 messages, changing a row only while
+// it is pending and its retry_count still equals the attempt: a relay that
+// lost its lease changes nothing. Ack matches rows with a primary-key IN
+// list (id IN (...) AND retry_count = ? when the batch shares one attempt,
+// (id, retry_count) IN (...) otherwise); Reschedule and Kill, which carry a
+// time or a reason per row, join a derived table of the batch's ids,
+// attempts and values. Statements lock rows in id order, and one that InnoDB
 // picks as a deadlock victim is run again.
 //
 // Ordered claims hand out a row only when no earlier row of its aggregate is
@@ -68,6 +72,10 @@
 // "Earlier" is id order: AUTO_INCREMENT ids are handed out at insert, not at
 // commit, so transactions that write messages for one aggregate should be
 // serialized, as they usually are by a lock on the aggregate's own row.
+// With the (status, aggregate_type, aggregate_id, id) index, an ordered claim
+// walks only a window of the backlog and, when that yields too few heads on a
+// deep backlog of few aggregates, finds the rest with a loose index scan, one
+// dive per aggregate; see docs/ordering.md.
 //
 // MariaDB marks SKIP LOCKED unsafe for statement-based replication: run its
 // binary log in ROW (or MIXED) format.

@@ -16,35 +16,80 @@ import (
 // last_error; longer texts are cut at a character boundary.
 const MaxErrorLength = 4096
 
-// fence is the condition every Ack, Reschedule and Kill shares: the row is
-// still pending and its retry_count is still the attempt the claim handed out.
+// fence is the join condition Reschedule and Kill share (with WHERE o.status
+// = 0): the row is still pending and its retry_count is still the attempt
+// the claim handed out. Ack says the same with an IN list (ackMatch).
 const fence = "o.id = a.id AND o.retry_count = a.attempt"
 
 // Ack marks the messages sent (status 1), or deletes them when p.Delete, in
 // one statement per 1,000 messages (several run in one transaction), fenced
 // by each message's Attempt: only a row still pending whose retry_count
 // equals the Attempt changes. It returns how many rows changed.
+//
+// The statement finds the rows by primary key, in id order: WHERE id IN
+// (...) AND retry_count = ? when the chunk's messages share one attempt (the
+// usual case), else WHERE (id, retry_count) IN ((?, ?), ...). It names the
+// primary key (FORCE INDEX) so that, on a table small next to the batch, the
+// optimizer does not scan, and lock, every row instead.
 func (s *Store) Ack(ctx context.Context, p outbox.AckParams) (int, error) {
+	info, err := s.tableInfo(ctx, s.db)
+	if err != nil {
+		return 0, fmt.Errorf("mysqlstore: ack: %w", err)
+	}
 	ms := byRowID(p.Messages, func(m *outbox.Message) *outbox.Message { return m })
 	n, err := s.batch(ctx, len(ms), func(tx execer, lo, hi int) (int64, error) {
-		args := make([]any, 0, 2*(hi-lo))
-		for _, m := range ms[lo:hi] {
-			args = append(args, m.RowID, int64(m.Attempt))
-		}
-		a := derived(hi-lo, "CAST(? AS SIGNED) AS id", "CAST(? AS SIGNED) AS attempt")
-		var q string
-		if p.Delete {
-			q = "DELETE o FROM " + s.table.quoted() + " AS o JOIN " + a + " ON " + fence + " WHERE o.status = 0"
-		} else {
-			q = "UPDATE " + s.table.quoted() + " AS o JOIN " + a + " ON " + fence +
-				" SET o.status = 1, o.updated_at = UTC_TIMESTAMP(6) WHERE o.status = 0"
-		}
+		q, args := s.ackSQL(info, p.Delete, ms[lo:hi])
 		return execCount(ctx, tx, q, args)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("mysqlstore: ack: %w", err)
 	}
 	return int(n), nil
+}
+
+// ackSQL returns the statement that acknowledges ms (not empty), and its arguments.
+func (s *Store) ackSQL(info tableInfo, del bool, ms []*outbox.Message) (string, []any) {
+	from := s.table.quoted() + " AS o"
+	if info.pkID {
+		from += " FORCE INDEX (PRIMARY)"
+	}
+	match, args := ackMatch(ms)
+	if del {
+		return "DELETE o FROM " + from + " WHERE o.status = 0 AND " + match, args
+	}
+	return "UPDATE " + from + " SET o.status = 1, o.updated_at = UTC_TIMESTAMP(6) WHERE o.status = 0 AND " + match, args
+}
+
+// ackMatch returns the condition that matches each of ms by id and attempt
+// (on the table as "o"), and its arguments. ms is not empty.
+//
+// A derived table of (id, attempt) pairs made of UNION ALL SELECTs costs
+// the server a parse and plan of one SELECT per message: on MariaDB 10.11,
+// acknowledging 1,000 rows that way took about 16 ms of the server's CPU,
+// and with the id list about 11 ms; the (id, retry_count) list falls between.
+func ackMatch(ms []*outbox.Message) (string, []any) {
+	attempt := ms[0].Attempt
+	same := true
+	for _, m := range ms[1:] {
+		if m.Attempt != attempt {
+			same = false
+			break
+		}
+	}
+	if same {
+		args := make([]any, 0, len(ms)+1)
+		args = append(args, int64(attempt))
+		for _, m := range ms {
+			args = append(args, m.RowID)
+		}
+		return "o.retry_count = ? AND o.id IN (" + placeholders(len(ms)) + ")", args
+	}
+	args := make([]any, 0, 2*len(ms))
+	for _, m := range ms {
+		args = append(args, m.RowID, int64(m.Attempt))
+	}
+	pairs := strings.TrimSuffix(strings.Repeat("(?, ?), ", len(ms)), ", ")
+	return "(o.id, o.retry_count) IN (" + pairs + ")", args
 }
 
 // Reschedule makes the messages due again at their Retry.At (stored in UTC)

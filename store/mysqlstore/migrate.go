@@ -26,8 +26,9 @@ const migrateLockTimeout = 30
 
 // Migrate creates the outbox table (migrations/0001_create_outbox.up.sql), or
 // brings an existing one up to date: it adds the optional columns (headers,
-// topic, partition_key, last_error) and an index on (status, id) for the
-// claim path when they are missing, and leaves everything else, including a
+// topic, partition_key, last_error), an index on (status, id) for the
+// claim path and one on (status, aggregate_type, aggregate_id, id) for
+// ordered claims when they are missing, and leaves everything else, including a
 // hand-made table's DATETIME precision, as it is. It is idempotent, and
 // safe to run from several processes at once: it holds a named lock
 // (GET_LOCK) for the table while it works.
@@ -79,6 +80,13 @@ func (s *Store) migrate(ctx context.Context, conn *sql.Conn) error {
 	}
 	if idx == "" {
 		alter = append(alter, "ADD INDEX idx_status_id (status, id)")
+	}
+	head, err := headIndex(ctx, conn, s.table)
+	if err != nil {
+		return err
+	}
+	if head == "" {
+		alter = append(alter, "ADD INDEX idx_status_aggregate (status, aggregate_type, aggregate_id, id)")
 	}
 	if len(alter) == 0 {
 		return nil

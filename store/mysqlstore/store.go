@@ -184,6 +184,13 @@ type tableInfo struct {
 	// the claim forces so that it walks pending rows in id order and locks
 	// only what it takes; "" when the table has none.
 	claimIndex string
+	// pkID is whether the primary key is (or starts with) id, as the
+	// contract has it; Ack then names it so that it reads only its rows.
+	pkID bool
+	// headIndex is an index whose leading columns are (status,
+	// aggregate_type, aggregate_id), which ordered claims read (ordered.go);
+	// "" when the table has none.
+	headIndex string
 }
 
 // queryer is a *sql.DB, *sql.Conn or *sql.Tx.
@@ -223,6 +230,12 @@ func (s *Store) tableInfo(ctx context.Context, q queryer) (tableInfo, error) {
 		lastError:    cols["last_error"],
 	}
 	if info.claimIndex, err = claimIndex(ctx, q, s.table); err != nil {
+		return tableInfo{}, err
+	}
+	if info.pkID, err = primaryOnID(ctx, q, s.table); err != nil {
+		return tableInfo{}, err
+	}
+	if info.headIndex, err = headIndex(ctx, q, s.table); err != nil {
 		return tableInfo{}, err
 	}
 	s.info = &info
@@ -292,6 +305,29 @@ WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND seq_in_index
 	}
 	sort.Strings(found)
 	return found[0], nil
+}
+
+// primaryOnID reports whether the primary key of t starts with id.
+func primaryOnID(ctx context.Context, q queryer, t table) (bool, error) {
+	rows, err := q.QueryContext(ctx, `SELECT column_name FROM information_schema.statistics
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND index_name = 'PRIMARY' AND seq_in_index = 1`,
+		t.schemaArg(), t.name)
+	if err != nil {
+		return false, fmt.Errorf("read primary key of %s: %w", t.raw, err)
+	}
+	defer rows.Close()
+	onID := false
+	for rows.Next() {
+		var col string
+		if err := rows.Scan(&col); err != nil {
+			return false, fmt.Errorf("read primary key of %s: %w", t.raw, err)
+		}
+		onID = strings.EqualFold(col, "id")
+	}
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("read primary key of %s: %w", t.raw, err)
+	}
+	return onID, nil
 }
 
 // timeLayout is how the Store writes DATETIME values: UTC, with microseconds

@@ -19,8 +19,9 @@
 // next_retry_at, created_at and updated_at timestamptz, an index on (status,
 // next_retry_at) and one on (aggregate_type, aggregate_id)) plus columns of
 // its own: headers jsonb (trace context and the caller's headers), topic and
-// partition_key varchar(255), last_error text, and a partial index on the
-// pending rows for the claim path.
+// partition_key varchar(255), last_error text, a partial index on the
+// pending rows for the claim path, and one on (aggregate_type, aggregate_id,
+// id) of the pending and dead rows for ordered claims.
 //
 // A Store also works on a table that has only the contract columns, such as
 // one a team already had: it reads the table's columns on first use and
@@ -60,6 +61,10 @@
 // is inserted, not when its transaction commits: transactions that write
 // messages for the same aggregate should be serialized, as they usually are
 // by a lock on the aggregate's own row (SELECT ... FOR UPDATE).
+// An ordered claim walks a bounded window of the backlog and, when that
+// yields too few heads on a deep backlog of few aggregates, finds the rest
+// with a skip scan of the head index, one probe per aggregate, round robin;
+// see docs/ordering.md.
 //
 // # Notifications
 //

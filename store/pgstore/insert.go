@@ -93,8 +93,8 @@ func (s *Store) insertArgs(msgs []*outbox.Message) ([]any, error) {
 		}
 	}
 	args := []any{ids, aggTypes, aggIDs, events, payloads, headers, topics, keys}
-	if s.channel != "" {
-		args = append(args, s.channel)
+	if ch := s.insertChannel(); ch != "" {
+		args = append(args, ch)
 	}
 	return args, nil
 }

@@ -24,6 +24,7 @@ var indexSuffixes = map[string]string{
 	"status_index":    "_status_next_retry_at_idx",
 	"aggregate_index": "_aggregate_idx",
 	"pending_index":   "_pending_idx",
+	"head_index":      headIndexSuffix,
 }
 
 // migratedColumns are the columns the migrations create.
@@ -48,6 +49,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 		indexes[placeholder] = shorten(name, suffix, 63)
 	}
 	done, err := s.migrated(ctx, indexes)
+	if err == nil && done {
+		done, err = s.extrasDone(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -91,6 +95,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, sql); err != nil {
 			return fmt.Errorf("pgstore: migrate %s: %s: %w", s.cfg.table, file, err)
 		}
+	}
+	if err := s.installExtras(ctx, tx); err != nil {
+		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pgstore: migrate %s: commit: %w", s.cfg.table, err)

@@ -169,7 +169,7 @@ func TestSchemaQualifiedAndLongNames(t *testing.T) {
 	// The two long names share a 59-byte prefix: each must still get its own indexes.
 	for _, table := range []string{long, long[:59] + "y"} {
 		n := count(t, pool, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND tablename = $2`, schema, table)
-		require.Equal(t, 5, n, "indexes of %s: pkey, unique message_id and three of ours", table)
+		require.Equal(t, 6, n, "indexes of %s: pkey, unique message_id and four of ours", table)
 	}
 }
 
@@ -195,7 +195,7 @@ func TestMigrateConcurrently(t *testing.T) {
 		require.NoError(t, err, "migration %d", i)
 	}
 	require.Equal(t, 15, count(t, pool, `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'outbox_message'`, schema))
-	require.Equal(t, 5, count(t, pool, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND tablename = 'outbox_message'`, schema))
+	require.Equal(t, 6, count(t, pool, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND tablename = 'outbox_message'`, schema))
 }
 
 func TestMigrateUpToDateTakesNoTableLock(t *testing.T) {

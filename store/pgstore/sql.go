@@ -17,14 +17,16 @@ var contractColumns = []string{
 type queries struct {
 	headers, topic, partitionKey, lastError bool
 
-	columnList string // the columns a claimedRow scans, of the table aliased o
-	insert     string
-	claim      [3]string // unordered, ordered, ordered with dead rows blocking
-	ack        string
-	del        string
-	reschedule string
-	kill       string
-	stats      string
+	columnList  string        // the columns a claimedRow scans, of the table aliased o
+	dataColumns string        // columnList without id and the attempt
+	lease       *leaseQueries // WithBatchLease's statements (batchlease.go), nil without it
+	insert      string
+	claim       [3]string // unordered, ordered, ordered with dead rows blocking
+	ack         string
+	del         string
+	reschedule  string
+	kill        string
+	stats       string
 }
 
 const (
@@ -44,7 +46,24 @@ func jsonCast(col, typ string) (string, error) {
 	return "", fmt.Errorf("column %s is %s; want jsonb, json or text", col, typ)
 }
 
-func buildQueries(table, channel string, cols map[string]string) (*queries, error) {
+// buildOptions are the Store's settings that shape its statements.
+type buildOptions struct {
+	insertNotify string // channel the insert statement notifies, "" for none
+	asyncCommit  bool   // relay statements set synchronous_commit = off for their transaction
+	leaseTable   string // the batch lease table, quoted, with WithBatchLease; "" otherwise
+}
+
+// asyncCommitFilter is a one-time filter (an InitPlan, evaluated once per
+// statement) that sets synchronous_commit = off for the statement's own
+// implicit transaction, so WithAsyncCommit costs no extra round trip.
+const asyncCommitFilter = "\n\tAND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL"
+
+func buildQueries(table string, cols map[string]string, opt buildOptions) (*queries, error) {
+	channel := opt.insertNotify
+	async := ""
+	if opt.asyncCommit {
+		async = asyncCommitFilter
+	}
 	var missing []string
 	for _, c := range contractColumns {
 		if _, ok := cols[c]; !ok {
@@ -108,6 +127,7 @@ ORDER BY m.ord`, table, strings.Join(names, ", "), strings.Join(exprs, ", "))
 		returning = append(returning, "o.partition_key::text")
 	}
 	q.columnList = strings.Join(returning, ", ")
+	q.dataColumns = strings.Join(returning[2:], ", ")
 	for i, head := range []string{
 		"",
 		"\n\t  AND NOT EXISTS (SELECT 1 FROM %[1]s AS p WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id AND p.id < o.id AND p.status = 0)",
@@ -115,7 +135,7 @@ ORDER BY m.ord`, table, strings.Join(names, ", "), strings.Join(exprs, ", "))
 	} {
 		q.claim[i] = fmt.Sprintf(`WITH c AS (
 	SELECT o.id FROM %[1]s AS o
-	WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())`+head+`
+	WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())`+head+async+`
 	ORDER BY o.id
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
@@ -131,7 +151,7 @@ RETURNING %[2]s`, table, q.columnList)
 
 	// The fence every later statement shares: the row is still pending and
 	// its retry_count is still the attempt the claim handed out.
-	const fence = "o.id = a.id AND o.retry_count = a.attempt AND o.status = 0"
+	fence := "o.id = a.id AND o.retry_count = a.attempt AND o.status = 0" + async
 
 	q.ack = fmt.Sprintf(`UPDATE %s AS o SET status = 1, updated_at = now()
 FROM unnest($1::bigint[], $2::integer[]) AS a(id, attempt)
@@ -162,5 +182,8 @@ WHERE %s`, table, lastErr, fence)
 	count(*) FILTER (WHERE status = 1 AND updated_at >= now() - interval '1 hour')
 FROM %s
 WHERE status IN (0, 2) OR (status = 1 AND updated_at >= now() - interval '1 hour')`, table)
+	if opt.leaseTable != "" {
+		buildLeaseQueries(q, table, opt.leaseTable, lastErr, async)
+	}
 	return q, nil
 }

@@ -36,40 +36,17 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	if err != nil {
 		return nil, err
 	}
-	mode := claimUnordered
+	if q.lease != nil {
+		return s.claimLeased(ctx, q, p)
+	}
 	if p.Ordered {
-		mode = claimOrdered
-		if p.BlockOnDead {
-			mode = claimOrderedBlockOnDead
-		}
+		return s.claimOrdered(ctx, q, p)
 	}
-	rows, err := s.pool.Query(ctx, q.claim[mode], p.Limit, p.Lease.Microseconds())
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: claim: %w", err)
-	}
-	defer rows.Close()
-
 	claim := &outbox.Claim{}
-	var r claimedRow
-	dest := r.dest(q)
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
-			return nil, fmt.Errorf("pgstore: claim: read row: %w", err)
-		}
-		m, err := r.message()
-		if err != nil {
-			claim.Malformed = append(claim.Malformed, outbox.MalformedRow{Message: m, Err: err})
-			continue
-		}
-		claim.Messages = append(claim.Messages, m)
+	if _, err := s.claimInto(ctx, claim, q, q.claim[claimUnordered], false, p.Limit, p.Lease.Microseconds()); err != nil {
+		return nil, err
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pgstore: claim: %w", err)
-	}
-	slices.SortFunc(claim.Messages, func(a, b *outbox.Message) int { return cmp.Compare(a.RowID, b.RowID) })
-	slices.SortFunc(claim.Malformed, func(a, b outbox.MalformedRow) int {
-		return cmp.Compare(a.Message.RowID, b.Message.RowID)
-	})
+	sortClaim(claim)
 	return claim, nil
 }
 

@@ -41,9 +41,10 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
 	}
 	q, sel := s.claimSQL(cols, p)
+	ord := s.orderedClaimSQL(cols, p, sel)
 	var c *outbox.Claim
 	err = s.write(ctx, func() error {
-		c, err = s.claimOnce(ctx, q, sel, p)
+		c, err = s.claimOnce(ctx, q, ord, sel, p)
 		return err
 	})
 	if err != nil {
@@ -55,8 +56,9 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	return c, nil
 }
 
-// claimOnce runs the claim statement q in its own transaction.
-func (s *Store) claimOnce(ctx context.Context, q string, sel []string, p outbox.ClaimParams) (*outbox.Claim, error) {
+// claimOnce runs the claim statement q in its own transaction, or with ord
+// (an ordered claim on a table with the head index) the steps of ordered.go.
+func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, sel []string, p outbox.ClaimParams) (*outbox.Claim, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
@@ -64,32 +66,43 @@ func (s *Store) claimOnce(ctx context.Context, q string, sel []string, p outbox.
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 
 	now := time.Now()
-	rows, err := tx.QueryContext(ctx, q, formatTime(now.Add(p.Lease)), formatTime(now), p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	c := &outbox.Claim{}
-	for rows.Next() {
-		vals := make([]any, len(sel))
-		ptrs := make([]any, len(sel))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return nil, fmt.Errorf("scan: %w", err)
-		}
-		m, err := decodeRow(sel, vals)
+	// read runs one claim statement and adds the rows it returns to c.
+	read := func(query string, args ...any) (int, error) {
+		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
-			c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: m, Err: err})
-			continue
+			return 0, err
 		}
-		c.Messages = append(c.Messages, m)
+		defer rows.Close()
+		n := 0
+		for rows.Next() {
+			vals := make([]any, len(sel))
+			ptrs := make([]any, len(sel))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				return n, fmt.Errorf("scan: %w", err)
+			}
+			n++
+			m, err := decodeRow(sel, vals)
+			if err != nil {
+				c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: m, Err: err})
+				continue
+			}
+			c.Messages = append(c.Messages, m)
+		}
+		if err := rows.Err(); err != nil {
+			return n, err
+		}
+		return n, rows.Close()
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+	if ord == nil {
+		_, err = read(q, formatTime(now.Add(p.Lease)), formatTime(now), p.Limit)
+	} else {
+		err = claimOrdered(ctx, tx, ord, p, now, read)
 	}
-	if err := rows.Close(); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(); err != nil {

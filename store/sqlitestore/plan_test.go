@@ -44,7 +44,7 @@ func TestClaimPlan(t *testing.T) {
 		require.Contains(t, all, "INDEX outbox_message_pending", "ordered=%v: %s", p.Ordered, all)
 		require.NotContains(t, all, "TEMP B-TREE", "ordered=%v: %s", p.Ordered, all)
 		if p.Ordered {
-			require.Contains(t, all, "outbox_message_aggregate", "the head check uses the aggregate index: %s", all)
+			require.Contains(t, all, "outbox_message_head", "the head check uses the head index (migration 0003): %s", all)
 		}
 	}
 }

@@ -168,6 +168,7 @@ var contractColumns = []string{
 type columns struct {
 	headers, topic, partitionKey, lastError bool
 	pendingIndex                            bool
+	headIndex                               bool // migration 0003's, for ordered claims (ordered.go)
 }
 
 // pendingIndex is the name of the claim path's index (migration 0002).
@@ -218,6 +219,9 @@ func (s *Store) columns(ctx context.Context, q queryer) (columns, error) {
 		lastError:    names["last_error"],
 	}
 	if c.pendingIndex, err = hasIndex(ctx, q, s.table, s.table.pendingIndex()); err != nil {
+		return columns{}, err
+	}
+	if c.headIndex, err = hasIndex(ctx, q, s.table, s.table.headIndex()); err != nil {
 		return columns{}, err
 	}
 	s.mu.Lock()

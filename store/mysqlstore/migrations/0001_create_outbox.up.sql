@@ -22,5 +22,7 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
     UNIQUE KEY uk_message_id (message_id),
     KEY idx_status_next_retry (status, next_retry_at),
     KEY idx_aggregate (aggregate_type, aggregate_id),
-    KEY idx_status_id (status, id)
+    KEY idx_status_id (status, id),
+    -- ordered claims: each aggregate's first pending and first dead row (ordered.go)
+    KEY idx_status_aggregate (status, aggregate_type, aggregate_id, id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

@@ -1,0 +1,276 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"syscall"
+	"time"
+)
+
+// A nemesis injects one kind of fault while the producers run, until ctx
+// ends, and heals everything it broke before it returns. It records each
+// fault with the messages that were in flight when it struck.
+type nemesis func(r *run, ctx context.Context)
+
+var nemeses = map[string]nemesis{
+	"kill9":          killRelays,
+	"sigstop":        pauseRelays,
+	"broker-cut":     cutBroker,
+	"broker-restart": restartBroker,
+	"db-restart":     restartDB,
+	"pool":           exhaustConnections,
+	"longtx":         longTransactions,
+}
+
+// killRelays kills a random relay with SIGKILL every 1-2.5 s and starts it
+// again 0.2-0.8 s later. The killed relay's claimed rows stay leased; another
+// relay takes them over when the lease expires.
+func killRelays(r *run, ctx context.Context) {
+	for r.sleep(ctx, r.between(time.Second, 2500*time.Millisecond)) {
+		slot := r.rng.IntN(r.relays.count())
+		at := time.Now()
+		r.relays.kill(slot)
+		inFlight := r.inFlight() // a dead relay acks nothing: its rows are all still here
+		r.sleep(context.Background(), r.between(200*time.Millisecond, 800*time.Millisecond))
+		if err := r.relays.start(slot); err != nil {
+			r.check("restart relay-%d: %v", slot+1, err)
+		}
+		r.fault(Fault{Kind: "kill9", Target: fmt.Sprintf("relay-%d", slot+1), At: at, InFlight: keys(inFlight)})
+	}
+}
+
+// pauseRelays stops a random relay with SIGSTOP for longer than the lease,
+// so that another relay takes its rows over, then lets it run again: the
+// zombie wakes up in the middle of a batch it no longer owns.
+func pauseRelays(r *run, ctx context.Context) {
+	for r.sleep(ctx, r.between(500*time.Millisecond, 1500*time.Millisecond)) {
+		slot := r.rng.IntN(r.relays.count())
+		at := time.Now()
+		r.relays.signal(slot, syscall.SIGSTOP)
+		inFlight := r.inFlight()
+		// A claim the relay sent just before it stopped may commit after
+		// that sample; its rows stay pending until their lease expires, a
+		// second later at the earliest.
+		r.sleep(context.Background(), time.Second)
+		for id, n := range r.inFlight() {
+			if _, ok := inFlight[id]; !ok {
+				inFlight[id] = n
+			}
+		}
+		r.sleep(context.Background(), relayLease+time.Second)
+		r.relays.signal(slot, syscall.SIGCONT)
+		r.mu.Lock()
+		r.stopped = append(r.stopped, inFlight)
+		r.mu.Unlock()
+		r.fault(Fault{Kind: "sigstop", Target: fmt.Sprintf("relay-%d", slot+1), At: at, InFlight: keys(inFlight)})
+	}
+}
+
+// cutBroker breaks the relays' connections to the broker through the
+// fault proxy, alternating a cut (every connection reset, new ones refused)
+// of 1.5-2.5 s and a blackhole (connections kept, nothing forwarded, so
+// publishes time out and acknowledgements are lost) of 2.5-3 s.
+func cutBroker(r *run, ctx context.Context) {
+	for i := 0; r.sleep(ctx, r.between(time.Second, 2*time.Second)); i++ {
+		kind, hold := "broker-cut", r.between(1500*time.Millisecond, 2500*time.Millisecond)
+		before := r.inFlight()
+		at := time.Now()
+		if i%2 == 0 {
+			r.proxy.Cut()
+		} else {
+			kind, hold = "broker-blackhole", r.between(relayPublishTimeout+500*time.Millisecond, relayPublishTimeout+time.Second)
+			r.proxy.Blackhole()
+		}
+		r.sleep(context.Background(), hold)
+		during := r.inFlight() // nothing can be confirmed through a broken link: every uncertain row is here
+		r.proxy.Latency(brokerLatency)
+		r.fault(Fault{Kind: kind, Target: "relays->broker", At: at, InFlight: keys(before, during)})
+	}
+}
+
+// restartBroker kills the private broker with SIGKILL and starts it again on
+// the same data 0.5-1.5 s later.
+func restartBroker(r *run, ctx context.Context) {
+	for r.sleep(ctx, r.between(1500*time.Millisecond, 3*time.Second)) {
+		before := r.inFlight()
+		at := time.Now()
+		r.broker.crash()
+		r.sleep(context.Background(), r.between(500*time.Millisecond, 1500*time.Millisecond))
+		during := r.inFlight()
+		if err := r.broker.start(); err != nil {
+			r.check("restart %s: %v", r.broker.name, err)
+		}
+		r.fault(Fault{Kind: "broker-restart", Target: r.broker.name, At: at, InFlight: keys(before, during)})
+	}
+}
+
+// restartDB kills the private database server with SIGKILL (PostgreSQL:
+// the postmaster and every backend) and starts it again on the same data
+// 0.5-1.5 s later; it recovers from its log.
+func restartDB(r *run, ctx context.Context) {
+	for r.sleep(ctx, r.between(1500*time.Millisecond, 3*time.Second)) {
+		before := r.inFlight()
+		at := time.Now()
+		r.db.srv.crash()
+		r.sleep(context.Background(), r.between(500*time.Millisecond, 1500*time.Millisecond))
+		if err := r.db.srv.start(); err != nil {
+			r.check("restart %s: %v", r.db.kind, err)
+		}
+		after := r.inFlight() // at once, before the relays' backoff lets them ack
+		r.fault(Fault{Kind: "db-restart", Target: r.db.kind, At: at, InFlight: keys(before, after)})
+	}
+}
+
+// exhaustConnections fills the database server's connection slots with a
+// hog, ends every connection the relays hold, keeps taking every slot that
+// frees up for four seconds, then lets go. The relays, each with its own
+// small pool shared by three relay loops, must ride it out; the business
+// pool, opened before, keeps serving the producers.
+func exhaustConnections(r *run, ctx context.Context) {
+	hold := 4 * time.Second
+	var peak int64
+	sample := func() {
+		qctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if n, err := r.db.relayConns(qctx, r.monitor); err == nil {
+			peak = max(peak, int64(n))
+		}
+	}
+	for r.sleep(ctx, r.between(time.Second, 2*time.Second)) {
+		sample()
+		hog := r.db.open(1000)
+		var conns []*sql.Conn
+		grab := func() {
+			for {
+				cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				c, err := hog.Conn(cctx)
+				if err == nil {
+					err = c.PingContext(cctx)
+					if err != nil {
+						c.Close()
+					}
+				}
+				cancel()
+				if err != nil {
+					return
+				}
+				conns = append(conns, c)
+			}
+		}
+		at := time.Now()
+		grab()
+		if len(conns) == 0 {
+			r.check("pool: the hog could not open a single connection")
+			hog.Close()
+			return
+		}
+		kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		killed, err := r.db.killRelayConns(kctx, conns[0])
+		cancel()
+		if err != nil {
+			r.check("pool: end the relays' connections: %v", err)
+		}
+		inFlight := r.inFlight()
+		for end := time.Now().Add(hold); time.Now().Before(end); {
+			grab()
+			sample()
+			pause(50 * time.Millisecond)
+		}
+		during := r.inFlight()
+		taken := len(conns)
+		for _, c := range conns {
+			c.Close()
+		}
+		hog.Close()
+		healed := time.Now()
+		r.mu.Lock()
+		r.windows = append(r.windows, [2]time.Time{at, healed})
+		r.extra["hog_conns"] = max(r.extra["hog_conns"], int64(taken))
+		r.extra["relay_conns_killed"] += int64(killed)
+		r.mu.Unlock()
+		r.fault(Fault{Kind: "pool", Target: r.db.kind, At: at, InFlight: keys(inFlight, during)})
+		if ctx.Err() == nil {
+			r.sleep(ctx, hold) // let the relays recover before the next storm
+		}
+	}
+	sample()
+	r.mu.Lock()
+	r.extra["relay_conns_peak"] = peak
+	r.mu.Unlock()
+	if limit := int64(r.relays.count() * 2); peak > limit {
+		r.check("pool: the relays held %d connections, more than their pools allow (%d)", peak, limit)
+	}
+}
+
+// longTransactions starts, every 0.5-1.5 s, a transaction that writes a
+// message (taking an outbox id) and stays open for 3-5 s while the
+// producers commit later ids, then commits (two in three) or rolls back.
+// Commit order is not id order: a relay must neither skip the early id nor
+// stall behind it. The long transactions take turns on aggregates of their
+// own, so the producers never queue behind their locks.
+func longTransactions(r *run, ctx context.Context) {
+	const minHold, maxHold = 3 * time.Second, 5 * time.Second
+	end, _ := ctx.Deadline()
+	for i := 0; r.sleep(ctx, r.between(500*time.Millisecond, 1500*time.Millisecond)); i++ {
+		if time.Until(end) < maxHold+time.Second {
+			return // the producers stop with the load: nothing would be written past a hog started now
+		}
+		r.work.hog(fmt.Sprintf("hog%d", i), hogAggName(i%hogAggs), r.between(minHold, maxHold), i%3 == 2)
+	}
+}
+
+// fault records a fault that has been healed now.
+func (r *run) fault(f Fault) {
+	f.Healed = time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.faults = append(r.faults, f)
+	r.lastHeal = f.Healed
+}
+
+// inFlight samples the rows in flight (see database.inFlight), trying a
+// few times since the monitor's connections may have just been broken.
+func (r *run) inFlight() map[string]int {
+	var err error
+	for range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		var m map[string]int
+		m, err = r.db.inFlight(ctx, r.monitor)
+		cancel()
+		if err == nil {
+			return m
+		}
+		pause(100 * time.Millisecond)
+	}
+	r.check("could not sample the rows in flight: %v", err)
+	return nil
+}
+
+// sleep waits d or until ctx ends; it reports whether the full d passed.
+func (r *run) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// between returns a random duration in [lo, hi).
+func (r *run) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(r.rng.Int64N(int64(hi-lo)))
+}
+
+// keys returns the union of the maps' keys.
+func keys(ms ...map[string]int) []string {
+	set := map[string]int{}
+	for _, m := range ms {
+		for k := range m {
+			set[k] = 0
+		}
+	}
+	return sortedKeys(set)
+}

@@ -1,0 +1,260 @@
+package benchcmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testsvc"
+)
+
+// TestRunEmbedded runs both tests and the baseline on the embedded defaults
+// (SQLite in a temporary folder, NATS in the process) with small numbers.
+func TestRunEmbedded(t *testing.T) {
+	t.Parallel()
+	chart := filepath.Join(t.TempDir(), "latency.svg")
+	var out, prog bytes.Buffer
+	// Small batches: under the race detector, SQLite and the embedded server are slow.
+	rep, err := Run(t.Context(), Config{Rows: 1000, Rate: 50, Duration: time.Second, BaselineTime: time.Second,
+		BatchSize: 250, MaxInFlight: 2, Chart: chart, Progress: &prog}, &out)
+	require.NoError(t, err)
+
+	require.Len(t, rep.Drain, 2)
+	ours, base := rep.Drain[0], rep.Drain[1]
+	require.Equal(t, relayOutbox, ours.Relay)
+	require.True(t, ours.Complete)
+	require.Equal(t, 1000, ours.Delivered)
+	require.Positive(t, ours.MsgsPerSec)
+	require.Positive(t, ours.CPUSeconds)
+	require.Positive(t, ours.PeakHeapMB)
+	require.Equal(t, relayTextbook, base.Relay)
+	require.Positive(t, base.Delivered)
+	// One cycle a second of at most 100 rows, and the first one at once.
+	require.LessOrEqual(t, base.Delivered, 100*(int(base.Seconds)+1))
+	require.InDelta(t, ours.MsgsPerSec/base.MsgsPerSec, rep.DrainRatio, 1e-9)
+	require.Greater(t, rep.DrainRatio, 1.0)
+
+	require.Len(t, rep.Latency, 2)
+	l := rep.Latency[0]
+	require.Equal(t, 50, l.Offered, "50/s for 1s")
+	require.Equal(t, l.Offered, l.Delivered)
+	require.Positive(t, l.P50Ms)
+	require.LessOrEqual(t, l.P50Ms, l.P99Ms)
+	require.LessOrEqual(t, l.P99Ms, l.MaxMs)
+	require.NotEmpty(t, l.Series)
+	require.Positive(t, rep.LatencyRatio)
+
+	text := out.String()
+	for _, want := range []string{"SQLite in a temporary folder", "embedded NATS JetStream", "Drain:", "Latency:",
+		"textbook", "as fast as the textbook relay", "lower than the textbook relay's"} {
+		require.Contains(t, text, want)
+	}
+	require.Contains(t, prog.String(), "drain outbox")
+	require.Contains(t, prog.String(), "latency textbook")
+
+	// The chart is well-formed SVG with a line per relay and quantile.
+	b, err := os.ReadFile(chart)
+	require.NoError(t, err)
+	var svg struct {
+		XMLName   xml.Name   `xml:"svg"`
+		Polylines []struct{} `xml:"polyline"`
+	}
+	require.NoError(t, xml.Unmarshal(b, &svg))
+	require.Len(t, svg.Polylines, 6)
+}
+
+// TestRunPostgresJSON runs the drain and latency tests of the outbox relay on
+// the real PostgreSQL and NATS, with the JSON report, and checks that the run
+// cleans up its table.
+func TestRunPostgresJSON(t *testing.T) {
+	t.Parallel()
+	pool, schema, dsn := testsvc.PostgresSchema(t)
+	var out bytes.Buffer
+	_, err := Run(t.Context(), Config{DB: dsn, Broker: testsvc.NATSURL(t), Rows: 2000, Rate: 200,
+		Duration: time.Second, SkipBaseline: true, DeleteSent: true, AsyncCommit: true, BatchLease: true, JSON: true}, &out)
+	require.NoError(t, err)
+	var rep Report
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
+	require.Contains(t, rep.DB, "PostgreSQL at postgres://postgres@")
+	require.True(t, rep.Settings.Notify)
+	require.True(t, rep.Settings.AsyncCommit)
+	require.True(t, rep.Settings.DeleteSent)
+	require.True(t, rep.Settings.BatchLease)
+	require.Len(t, rep.Drain, 1)
+	require.True(t, rep.Drain[0].Complete)
+	require.Equal(t, 2000, rep.Drain[0].Delivered)
+	require.Len(t, rep.Latency, 1)
+	require.Equal(t, 200, rep.Latency[0].Offered)
+	require.Equal(t, 200, rep.Latency[0].Delivered)
+	require.Zero(t, rep.DrainRatio, "no baseline, no ratio")
+
+	var tables int
+	require.NoError(t, pool.QueryRow(t.Context(),
+		"SELECT count(*) FROM pg_tables WHERE schemaname = $1", schema).Scan(&tables))
+	require.Zero(t, tables, "the run left its table behind")
+}
+
+// TestRunMySQL covers the MySQL path with a small drain.
+func TestRunMySQL(t *testing.T) {
+	t.Parallel()
+	_, dsn := testsvc.MySQLDatabase(t)
+	var out bytes.Buffer
+	rep, err := Run(t.Context(), Config{DB: dsn, Broker: testsvc.NATSURL(t), Rows: 2000, Tests: []string{TestDrain},
+		SkipBaseline: true, BatchSize: 500}, &out)
+	require.NoError(t, err)
+	require.Contains(t, rep.DB, "MySQL at ")
+	require.NotContains(t, out.String(), "root@", "the report shows the DSN's user and password part")
+	require.True(t, rep.Drain[0].Complete)
+	require.Empty(t, rep.Latency)
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		cfg  Config
+		want []string // substrings; nil means valid
+	}{
+		{"Defaults", Config{}, nil},
+		{"UnknownTest", Config{Tests: []string{"drain", "soak"}}, []string{`test "soak" is unknown`}},
+		{"TestTwice", Config{Tests: []string{"drain", "drain"}}, []string{"given twice"}},
+		{"BadNumbers", Config{Rows: -1, Rate: -5, Relays: 100, BatchSize: -1, MaxInFlight: 65},
+			[]string{"rows", "rate", "relays", "batch", "in flight"}},
+		{"ShortDuration", Config{Duration: time.Millisecond}, []string{"duration"}},
+		{"ChartNotSVG", Config{Chart: "x.png"}, []string{"does not end in .svg"}},
+		{"ChartWithoutLatency", Config{Chart: "x.svg", Tests: []string{"drain"}}, []string{"not run"}},
+		{"UnknownDB", Config{DB: "oracle://scott:tiger@db/x"}, []string{"want postgres://"}},
+		{"SQLiteWithoutPath", Config{DB: "sqlite://"}, []string{"needs a file path"}},
+		{"MySQLDSN", Config{DB: "root@tcp(127.0.0.1:3306)/test"}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.cfg.withDefaults().validate()
+			if tc.want == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			for _, w := range tc.want {
+				require.Contains(t, err.Error(), w)
+			}
+			require.NotContains(t, err.Error(), "tiger", "a password reached the error")
+		})
+	}
+	_, err := Run(t.Context(), Config{Rows: -1}, io.Discard)
+	require.ErrorContains(t, err, "bench: rows")
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"postgres://app:s3cret@db:5432/orders?sslmode=disable": "postgres://app@db:5432/orders",
+		"mysql://root:pw@host:3306/db":                         "mysql://root@host:3306/db",
+		"app:s3cret@tcp(host:3306)/db":                         "…@tcp(host:3306)/db",
+		"nats://user:pass@broker:4222":                         "nats://user@broker:4222",
+		"sqlite:///tmp/x.db":                                   "sqlite:///tmp/x.db",
+	} {
+		require.Equal(t, want, redact(in), in)
+	}
+}
+
+// sizes records the size of every batch published.
+type sizes struct {
+	outbox.Publisher
+	mu sync.Mutex
+	n  []int
+}
+
+func (s *sizes) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	s.mu.Lock()
+	s.n = append(s.n, len(msgs))
+	s.mu.Unlock()
+	return s.Publisher.Publish(ctx, msgs)
+}
+
+// TestTextbookRelay checks that the baseline is the loop it claims to be:
+// one message per publish, at most 100 rows per poll, a poll a second.
+func TestTextbookRelay(t *testing.T) {
+	t.Parallel()
+	cfg := Config{}.withDefaults()
+	dir := t.TempDir()
+	db, err := openDatabase(t.Context(), cfg, dir, "textbook_test")
+	require.NoError(t, err)
+	t.Cleanup(db.close)
+	br, err := openBroker(t.Context(), "", dir, "textbook_test", 4096)
+	require.NoError(t, err)
+	t.Cleanup(br.close)
+	msgs := make([]*outbox.Message, 150)
+	for i := range msgs {
+		msgs[i] = message(i)
+	}
+	require.NoError(t, db.write(t.Context(), msgs))
+	pub, err := br.publisher()
+	require.NoError(t, err)
+	rec := &sizes{Publisher: pub}
+	stop := start(t.Context(), []runner{&textbook{db: db, pub: rec}})
+	begin := time.Now()
+	testsvc.Eventually(t, 5*time.Second, func() bool { n, _ := br.stored(t.Context()); return n >= 100 }, "first poll")
+	firstPoll := time.Since(begin)
+	testsvc.Eventually(t, 10*time.Second, func() bool { n, _ := br.stored(t.Context()); return n == 150 }, "all sent")
+	require.NoError(t, stop())
+	require.GreaterOrEqual(t, time.Since(begin), textbookInterval, "two polls of 100 and 50 take a pause")
+	t.Logf("first poll done after %v", firstPoll)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Len(t, rec.n, 150)
+	for _, n := range rec.n {
+		require.Equal(t, 1, n)
+	}
+	pending, err := db.pending(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, pending)
+}
+
+func TestLatencies(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := newLatencies(t0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	m := func(id string) *outbox.Message { return &outbox.Message{MessageID: id} }
+	l.committed("a", ms(0))
+	l.acked([]*outbox.Message{m("a")}, []error{nil}, ms(4)) // 4 ms
+	l.acked([]*outbox.Message{m("b")}, []error{nil}, ms(1510))
+	l.committed("b", ms(1500)) // ack seen before the writer noted the commit: 10 ms
+	l.committed("c", ms(1600))
+	l.acked([]*outbox.Message{m("c"), m("a")}, []error{errors.New("nack"), nil}, ms(1700)) // c failed; a again is a duplicate
+	l.acked([]*outbox.Message{m("c")}, []error{nil}, ms(1800))                             // 200 ms
+	r := l.result()
+	require.Equal(t, 3, r.Delivered)
+	require.InDelta(t, 10, r.P50Ms, 0.1)
+	require.InDelta(t, 200, r.MaxMs, 0.5)
+	require.Equal(t, []int{0, 1}, []int{r.Series[0].Second, r.Series[1].Second})
+	require.Equal(t, 1, r.Series[0].Delivered)
+	require.Equal(t, 2, r.Series[1].Delivered)
+	require.InDelta(t, 4, r.Series[0].MaxMs, 0.01)
+}
+
+func TestFormat(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "1,234,567", thousands(1234567.4))
+	require.Equal(t, "-1,000", thousands(-1000))
+	require.Equal(t, "999", thousands(999))
+	require.Equal(t, "3.25ms", fmtMs(3.25))
+	require.Equal(t, "42ms", fmtMs(42.2))
+	require.Equal(t, "1.5s", fmtMs(1500))
+	require.Equal(t, "-", fmtMs(0))
+	require.True(t, strings.HasSuffix(ratio(243.94), "244"))
+}

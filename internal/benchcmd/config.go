@@ -1,0 +1,184 @@
+package benchcmd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The tests a run can do.
+const (
+	TestDrain   = "drain"   // preload rows, time how long the relay takes to publish them all
+	TestLatency = "latency" // offer a steady rate of writes, measure commit to broker acknowledgement
+)
+
+// Defaults of [Config], used where a field is zero.
+const (
+	DefaultRows         = 100_000
+	DefaultRate         = 1_000
+	DefaultDuration     = 10 * time.Second
+	DefaultWriters      = 8
+	DefaultBaselineTime = 20 * time.Second
+	DefaultRelays       = 1
+	// DefaultBatchSize and DefaultMaxInFlight are the relay settings the
+	// bench uses unless told otherwise: larger batches and a pipeline of
+	// batches in flight, the settings docs/tuning.md recommends for
+	// throughput. Pass the library's defaults to measure those instead.
+	DefaultBatchSize   = 1000
+	DefaultMaxInFlight = 4
+	// DefaultPollInterval is the relay's poll interval in the bench; with
+	// notifications (PostgreSQL) or adaptive polling it is only the idle rate.
+	DefaultPollInterval = time.Second
+)
+
+// Config says what a run measures, where, and with which relay settings.
+// The zero value runs both tests against embedded SQLite and NATS with the
+// defaults above.
+type Config struct {
+	// DB is the database: postgres://, postgresql://, mysql:// (or a
+	// go-sql-driver DSN) or sqlite://PATH. Empty means SQLite in a temporary
+	// folder. The run creates a table of its own and drops it at the end.
+	DB string
+	// Broker is the NATS server URL. Empty means a NATS JetStream server
+	// embedded in the process. The run creates a stream of its own and
+	// deletes it at the end.
+	Broker string
+
+	// Tests are the tests to run, in order: TestDrain, TestLatency. Empty means both.
+	Tests []string
+	// Rows is how many rows the drain test preloads. Default: DefaultRows.
+	Rows int
+	// Rate is the latency test's offered rate, in messages (one per
+	// transaction) per second. Default: DefaultRate.
+	Rate int
+	// Duration is how long the latency test offers that rate. Default: DefaultDuration.
+	Duration time.Duration
+	// Writers is how many transactions the latency test may have open at
+	// once to keep up the rate. Default: DefaultWriters.
+	Writers int
+
+	// SkipBaseline skips the textbook relay that each test otherwise also runs.
+	SkipBaseline bool
+	// BaselineTime caps each test of the textbook relay, which may be too
+	// slow to finish. Default: DefaultBaselineTime.
+	BaselineTime time.Duration
+
+	// Relays is how many relays (each a Relay.Run loop) share the table. Default: DefaultRelays.
+	Relays int
+	// BatchSize is the relay's batch size (outbox.WithBatchSize). Default: DefaultBatchSize.
+	BatchSize int
+	// MaxInFlight is how many batches each relay may have at the broker at
+	// once (outbox.WithMaxInFlight). Default: DefaultMaxInFlight.
+	MaxInFlight int
+	// PollInterval is the relay's idle poll interval. Default: DefaultPollInterval.
+	PollInterval time.Duration
+	// DeleteSent deletes published rows instead of marking them sent.
+	DeleteSent bool
+	// AsyncCommit commits the relay's statements without waiting for the
+	// disk (PostgreSQL only: pgstore.WithAsyncCommit).
+	AsyncCommit bool
+	// NoNotify turns off LISTEN/NOTIFY (PostgreSQL only; on by default).
+	NoNotify bool
+	// BatchLease leases each claimed batch with one row of a side table
+	// instead of writing every claimed row (PostgreSQL only: pgstore.WithBatchLease).
+	BatchLease bool
+
+	// JSON writes the report to out as JSON instead of a table.
+	JSON bool
+	// Chart, when set, is a file to write a chart of latency over time to
+	// (SVG; the name must end in .svg).
+	Chart string
+	// Progress receives a progress bar while the run goes on (redrawn in
+	// place on a terminal, a line per second otherwise). Nil means none.
+	Progress io.Writer
+	// Logger receives the outbox relays' logs. Nil means none.
+	Logger *slog.Logger
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if len(c.Tests) == 0 {
+		c.Tests = []string{TestDrain, TestLatency}
+	}
+	set := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	set(&c.Rows, DefaultRows)
+	set(&c.Rate, DefaultRate)
+	set(&c.Writers, DefaultWriters)
+	set(&c.Relays, DefaultRelays)
+	set(&c.BatchSize, DefaultBatchSize)
+	set(&c.MaxInFlight, DefaultMaxInFlight)
+	if c.Duration == 0 {
+		c.Duration = DefaultDuration
+	}
+	if c.BaselineTime == 0 {
+		c.BaselineTime = DefaultBaselineTime
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	return c
+}
+
+// validate reports every invalid field at once.
+func (c Config) validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	seen := map[string]bool{}
+	for _, t := range c.Tests {
+		check(t == TestDrain || t == TestLatency, "test %q is unknown (want %s or %s)", t, TestDrain, TestLatency)
+		check(!seen[t], "test %q is given twice", t)
+		seen[t] = true
+	}
+	check(c.Rows >= 1 && c.Rows <= 100_000_000, "rows: %d is not between 1 and 100000000", c.Rows)
+	check(c.Rate >= 1 && c.Rate <= 1_000_000, "rate: %d is not between 1 and 1000000 per second", c.Rate)
+	check(c.Duration >= time.Second, "duration: %v is shorter than 1s", c.Duration)
+	check(c.Writers >= 1 && c.Writers <= 256, "writers: %d is not between 1 and 256", c.Writers)
+	check(c.BaselineTime >= time.Second, "baseline time: %v is shorter than 1s", c.BaselineTime)
+	check(c.Relays >= 1 && c.Relays <= 64, "relays: %d is not between 1 and 64", c.Relays)
+	check(c.BatchSize >= 1 && c.BatchSize <= 100_000, "batch: %d is not between 1 and 100000", c.BatchSize)
+	check(c.MaxInFlight >= 1 && c.MaxInFlight <= 64, "in flight: %d is not between 1 and 64", c.MaxInFlight)
+	check(c.PollInterval > 0, "poll interval: %v is not positive", c.PollInterval)
+	if c.Chart != "" {
+		check(strings.EqualFold(filepath.Ext(c.Chart), ".svg"), "chart: %q does not end in .svg", c.Chart)
+		check(slices.Contains(c.Tests, TestLatency), "chart: it draws the latency test, which is not run")
+	}
+	if c.DB != "" {
+		_, err := dbKind(c.DB)
+		check(err == nil, "db: %v", err)
+	}
+	return errors.Join(errs...)
+}
+
+// dbKind returns the kind of database a URL names: postgres, mysql or sqlite.
+func dbKind(raw string) (string, error) {
+	switch {
+	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
+		return "postgres", nil
+	case strings.HasPrefix(raw, "sqlite://"):
+		if strings.TrimPrefix(raw, "sqlite://") == "" {
+			return "", errors.New("sqlite:// needs a file path")
+		}
+		return "sqlite", nil
+	case strings.HasPrefix(raw, "mysql://"), strings.Contains(raw, "@tcp("):
+		return "mysql", nil
+	}
+	return "", fmt.Errorf("%s: want postgres://, mysql://, or sqlite://PATH", redact(raw))
+}
+
+// Validate returns an error naming every invalid field of cfg (zero fields
+// take their defaults), so that a caller can tell bad input from a run that
+// failed; [Run] checks the same.
+func Validate(cfg Config) error { return cfg.withDefaults().validate() }

@@ -1,0 +1,140 @@
+package benchcmd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboxkit/outbox"
+)
+
+// Names of the relays in the report.
+const (
+	relayOutbox   = "outbox"
+	relayTextbook = "textbook"
+)
+
+// runner is a relay loop: outbox.Relay or the textbook relay.
+type runner interface {
+	Run(ctx context.Context) error
+}
+
+// recording wraps the publisher of a test: it counts what the broker
+// confirmed and tells the test when.
+type recording struct {
+	outbox.Publisher
+	confirmed atomic.Int64
+	onAck     func(msgs []*outbox.Message, errs []error, at time.Time) // may be nil
+}
+
+func (r *recording) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	errs := r.Publisher.Publish(ctx, msgs)
+	at := time.Now()
+	var ok int64
+	for _, err := range errs {
+		if err == nil {
+			ok++
+		}
+	}
+	r.confirmed.Add(ok)
+	if r.onAck != nil {
+		r.onAck(msgs, errs, at)
+	}
+	return errs
+}
+
+// outboxRelays returns the library's relays with the run's settings.
+func outboxRelays(cfg Config, st outbox.Store, pub outbox.Publisher) ([]runner, error) {
+	opts := []outbox.RelayOption{
+		outbox.WithBatchSize(cfg.BatchSize),
+		outbox.WithMaxInFlight(cfg.MaxInFlight),
+		outbox.WithPollInterval(cfg.PollInterval),
+		outbox.WithDeleteSent(cfg.DeleteSent),
+	}
+	if cfg.Logger != nil {
+		opts = append(opts, outbox.WithLogger(cfg.Logger))
+	}
+	rs := make([]runner, cfg.Relays)
+	for i := range rs {
+		r, err := outbox.NewRelay(st, pub, append(opts, outbox.WithName(fmt.Sprintf("bench-%d", i+1)))...)
+		if err != nil {
+			return nil, err
+		}
+		rs[i] = r
+	}
+	return rs, nil
+}
+
+// The textbook relay's settings: what most outbox tutorials and many
+// hand-written relays do.
+const (
+	textbookInterval = time.Second // fixed delay between polls
+	textbookBatch    = 100
+	textbookTimeout  = 3 * time.Second // per publish
+)
+
+// textbook is the relay of the tutorials, as a baseline: every second
+// (fixed delay, whatever it found), select up to 100 pending rows, publish
+// them one at a time, waiting for each acknowledgement, and mark each one
+// sent with its own UPDATE. It takes no lease and no lock, so only one may
+// run on a table.
+type textbook struct {
+	db  *database
+	pub outbox.Publisher
+}
+
+func (t *textbook) Run(ctx context.Context) error {
+	sel := fmt.Sprintf(`SELECT id, message_id, aggregate_type, aggregate_id, event_type, %s
+FROM %s WHERE status = 0 ORDER BY id LIMIT %d`, t.db.payloadText, t.db.table, textbookBatch)
+	upd := fmt.Sprintf("UPDATE %s SET status = 1 WHERE id = %s", t.db.table, t.db.bind)
+	for {
+		_ = t.cycle(ctx, sel, upd) // the tutorials log and carry on
+		timer := time.NewTimer(textbookInterval)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-timer.C:
+		}
+	}
+}
+
+// cycle is one poll: select, then publish and update row by row.
+func (t *textbook) cycle(ctx context.Context, sel, upd string) error {
+	rows, err := t.db.sqlDB.QueryContext(ctx, sel)
+	if err != nil {
+		return err
+	}
+	var batch []*outbox.Message
+	for rows.Next() {
+		m := &outbox.Message{}
+		var payload string
+		if err := rows.Scan(&m.RowID, &m.MessageID, &m.AggregateType, &m.AggregateID, &m.EventType, &payload); err != nil {
+			rows.Close()
+			return err
+		}
+		m.Payload = json.RawMessage(payload)
+		batch = append(batch, m)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, m := range batch {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		pctx, cancel := context.WithTimeout(ctx, textbookTimeout)
+		errs := t.pub.Publish(pctx, []*outbox.Message{m})
+		cancel()
+		if errs[0] != nil {
+			continue // tried again at the next poll
+		}
+		if _, err := t.db.sqlDB.ExecContext(ctx, upd, m.RowID); err != nil {
+			return err
+		}
+	}
+	return nil
+}

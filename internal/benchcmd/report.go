@@ -1,0 +1,134 @@
+package benchcmd
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// writeReport writes rep to out: JSON, or the summary tables.
+func writeReport(out io.Writer, rep *Report, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	var b strings.Builder
+	s := rep.Settings
+	fmt.Fprintf(&b, "outbox bench: %s -> %s\n", rep.DB, rep.Broker)
+	fmt.Fprintf(&b, "%s %s, %d CPUs. outbox relay: %s, batch %d, %d in flight, %s sent rows",
+		rep.GoVersion, rep.OS, rep.CPUs, plural(s.Relays, "relay"), s.BatchSize, s.MaxInFlight,
+		map[bool]string{false: "keep", true: "delete"}[s.DeleteSent])
+	if s.Notify {
+		b.WriteString(", LISTEN/NOTIFY")
+	}
+	if s.AsyncCommit {
+		b.WriteString(", async commit")
+	}
+	if s.BatchLease {
+		b.WriteString(", batch leases")
+	}
+	b.WriteString("\n")
+
+	if len(rep.Drain) > 0 {
+		b.WriteString("\nDrain: a preloaded backlog published (the clock stops at the last broker acknowledgement)\n")
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "relay\trows\tdelivered\ttime\tmsgs/s\tCPU s\tpeak RSS\tpeak heap\t")
+		for _, d := range rep.Drain {
+			note := ""
+			if !d.Complete {
+				note = "  (time up)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\n", d.Relay, thousands(float64(d.Rows)),
+				thousands(float64(d.Delivered)), fmtSeconds(d.Seconds), thousands(d.MsgsPerSec), d.CPUSeconds,
+				fmtMB(d.PeakRSSMB), fmtMB(d.PeakHeapMB), note)
+		}
+		tw.Flush()
+		if rep.DrainRatio > 0 {
+			fmt.Fprintf(&b, "outbox relay drains %sx as fast as the textbook relay\n", ratio(rep.DrainRatio))
+		}
+	}
+	if len(rep.Latency) > 0 {
+		l0 := rep.Latency[0]
+		fmt.Fprintf(&b, "\nLatency: %s msgs/s offered for %s, one message per transaction, commit to broker acknowledgement\n",
+			thousands(float64(l0.Rate)), fmtSeconds(math.Round(l0.Seconds)))
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "relay\toffered\tdelivered\tp50\tp90\tp99\tp99.9\tmax\tCPU s\tpeak RSS\t")
+		for _, l := range rep.Latency {
+			note := ""
+			if l.OfferedRate < 0.95*float64(l.Rate) {
+				note = fmt.Sprintf("  (writers reached %s/s)", thousands(l.OfferedRate))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\n", l.Relay, thousands(float64(l.Offered)),
+				thousands(float64(l.Delivered)), fmtMs(l.P50Ms), fmtMs(l.P90Ms), fmtMs(l.P99Ms), fmtMs(l.P999Ms),
+				fmtMs(l.MaxMs), l.CPUSeconds, fmtMB(l.PeakRSSMB), note)
+		}
+		tw.Flush()
+		if rep.LatencyRatio > 0 {
+			fmt.Fprintf(&b, "outbox relay p99 is %sx lower than the textbook relay's\n", ratio(rep.LatencyRatio))
+		}
+	}
+	_, err := io.WriteString(out, b.String())
+	return err
+}
+
+// thousands formats v rounded to an integer with thousands separators.
+func thousands(v float64) string {
+	s := strconv.FormatInt(int64(math.Round(v)), 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// fmtMs formats a latency in ms with two or three significant digits.
+func fmtMs(ms float64) string {
+	switch {
+	case ms <= 0:
+		return "-"
+	case ms < 10:
+		return fmt.Sprintf("%.2fms", ms)
+	case ms < 1000:
+		return fmt.Sprintf("%.0fms", ms)
+	}
+	return fmtSeconds(ms / 1000)
+}
+
+func fmtSeconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond * 10).String()
+}
+
+func fmtMB(mb float64) string {
+	if mb <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f MB", mb)
+}
+
+func ratio(r float64) string {
+	if r >= 10 {
+		return thousands(r)
+	}
+	return fmt.Sprintf("%.1f", r)
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}

@@ -1,0 +1,435 @@
+package benchcmd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboxkit/outbox"
+)
+
+// grace is how long a latency test waits, after the last write, for the
+// messages still on their way.
+const grace = 10 * time.Second
+
+// Report is what a run measured. It is what `outbox bench --json` prints.
+type Report struct {
+	Started   time.Time `json:"started"`
+	GoVersion string    `json:"go_version"`
+	OS        string    `json:"os"`
+	CPUs      int       `json:"cpus"`
+	DB        string    `json:"db"`     // without credentials
+	Broker    string    `json:"broker"` // without credentials
+	Settings  Settings  `json:"settings"`
+
+	// Drain holds the drain test of the outbox relay, then of the textbook relay.
+	Drain []DrainResult `json:"drain,omitempty"`
+	// Latency holds the latency test of the outbox relay, then of the textbook relay.
+	Latency []LatencyResult `json:"latency,omitempty"`
+	// DrainRatio is the outbox relay's drain rate divided by the textbook relay's.
+	DrainRatio float64 `json:"drain_ratio,omitempty"`
+	// LatencyRatio is the textbook relay's p99 latency divided by the outbox relay's.
+	LatencyRatio float64 `json:"latency_p99_ratio,omitempty"`
+}
+
+// Settings are the outbox relay's settings in a run.
+type Settings struct {
+	Relays         int     `json:"relays"`
+	BatchSize      int     `json:"batch_size"`
+	MaxInFlight    int     `json:"max_in_flight"`
+	PollIntervalMs float64 `json:"poll_interval_ms"`
+	DeleteSent     bool    `json:"delete_sent"`
+	AsyncCommit    bool    `json:"async_commit,omitempty"` // PostgreSQL only
+	Notify         bool    `json:"notify,omitempty"`       // PostgreSQL only
+	BatchLease     bool    `json:"batch_lease,omitempty"`  // PostgreSQL only
+}
+
+// DrainResult is one relay's drain test: a preloaded backlog published.
+type DrainResult struct {
+	Relay      string  `json:"relay"` // "outbox" or "textbook"
+	Rows       int     `json:"rows"`
+	Delivered  int     `json:"delivered"` // confirmed by the broker before the clock stopped
+	Complete   bool    `json:"complete"`  // every row delivered (the textbook relay may run out of time)
+	Seconds    float64 `json:"seconds"`
+	MsgsPerSec float64 `json:"msgs_per_sec"`
+	usage
+}
+
+// LatencyResult is one relay's latency test: a steady rate of one-message
+// transactions, and the time from each commit to the broker's acknowledgement.
+type LatencyResult struct {
+	Relay       string  `json:"relay"`
+	Rate        int     `json:"rate"`         // offered, per second
+	Seconds     float64 `json:"seconds"`      // how long the writes went on
+	Offered     int     `json:"offered"`      // transactions committed
+	OfferedRate float64 `json:"offered_rate"` // what the writers achieved, per second
+	Delivered   int     `json:"delivered"`    // acknowledged by the broker by the end
+	P50Ms       float64 `json:"p50_ms"`
+	P90Ms       float64 `json:"p90_ms"`
+	P99Ms       float64 `json:"p99_ms"`
+	P999Ms      float64 `json:"p999_ms"`
+	MaxMs       float64 `json:"max_ms"`
+	usage
+	Series []LatencyPoint `json:"series,omitempty"`
+}
+
+// Run measures the outbox relay, and the textbook relay unless
+// cfg.SkipBaseline, on cfg's database and broker, and writes the report to
+// out: a table, or JSON with cfg.JSON. It creates a table and a stream of
+// its own and removes them before it returns, also on error or when ctx is
+// cancelled. Run may be called concurrently; runs do not share anything.
+func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "outbox-bench-*")
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	name := "outbox_bench_" + randomHex(4)
+
+	db, err := openDatabase(ctx, cfg, dir, name)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer db.close()
+	br, err := openBroker(ctx, cfg.Broker, dir, name, max(4096, 2*cfg.Relays*cfg.MaxInFlight*cfg.BatchSize))
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer br.close()
+
+	r := &run{cfg: cfg, db: db, br: br, prog: newProgress(cfg.Progress)}
+	rep := &Report{
+		Started: time.Now().UTC(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH,
+		CPUs: runtime.NumCPU(), DB: db.desc, Broker: br.desc,
+		Settings: Settings{Relays: cfg.Relays, BatchSize: cfg.BatchSize, MaxInFlight: cfg.MaxInFlight,
+			PollIntervalMs: float64(cfg.PollInterval) / float64(time.Millisecond), DeleteSent: cfg.DeleteSent,
+			AsyncCommit: cfg.AsyncCommit && db.kind == "postgres", Notify: !cfg.NoNotify && db.kind == "postgres",
+			BatchLease: cfg.BatchLease && db.kind == "postgres"},
+	}
+	relays := []string{relayOutbox}
+	if !cfg.SkipBaseline {
+		relays = append(relays, relayTextbook)
+	}
+	for _, test := range cfg.Tests {
+		for _, relay := range relays {
+			switch test {
+			case TestDrain:
+				res, err := r.drain(ctx, relay)
+				if err != nil {
+					return nil, fmt.Errorf("bench: drain test of the %s relay: %w", relay, err)
+				}
+				rep.Drain = append(rep.Drain, *res)
+			case TestLatency:
+				res, err := r.latency(ctx, relay)
+				if err != nil {
+					return nil, fmt.Errorf("bench: latency test of the %s relay: %w", relay, err)
+				}
+				rep.Latency = append(rep.Latency, *res)
+			}
+		}
+	}
+	if len(rep.Drain) == 2 && rep.Drain[1].MsgsPerSec > 0 {
+		rep.DrainRatio = rep.Drain[0].MsgsPerSec / rep.Drain[1].MsgsPerSec
+	}
+	if len(rep.Latency) == 2 && rep.Latency[0].P99Ms > 0 {
+		rep.LatencyRatio = rep.Latency[1].P99Ms / rep.Latency[0].P99Ms
+	}
+	if cfg.Chart != "" {
+		if err := writeChart(cfg.Chart, rep); err != nil {
+			return nil, fmt.Errorf("bench: chart: %w", err)
+		}
+	}
+	if err := writeReport(out, rep, cfg.JSON); err != nil {
+		return nil, fmt.Errorf("bench: write report: %w", err)
+	}
+	return rep, nil
+}
+
+// run is one Run's database, broker and progress.
+type run struct {
+	cfg  Config
+	db   *database
+	br   *broker
+	prog *progress
+}
+
+// reset empties the table and the stream before a test.
+func (r *run) reset(ctx context.Context) error {
+	if err := r.db.clear(ctx); err != nil {
+		return err
+	}
+	return r.br.purge(ctx)
+}
+
+// relays returns the runners of a test and the publisher they share.
+func (r *run) relays(relay string, onAck func([]*outbox.Message, []error, time.Time)) ([]runner, *recording, error) {
+	pub, err := r.br.publisher()
+	if err != nil {
+		return nil, nil, err
+	}
+	rec := &recording{Publisher: pub, onAck: onAck}
+	if relay == relayTextbook {
+		return []runner{&textbook{db: r.db, pub: rec}}, rec, nil
+	}
+	rs, err := outboxRelays(r.cfg, r.db.store, rec)
+	return rs, rec, err
+}
+
+// start runs the runners until the returned stop is called; stop returns
+// the first error a runner returned.
+func start(ctx context.Context, runners []runner) (stop func() error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	errs := make(chan error, len(runners))
+	for _, rn := range runners {
+		wg.Go(func() { errs <- rn.Run(ctx) })
+	}
+	return func() error {
+		cancel()
+		wg.Wait()
+		close(errs)
+		var all []error
+		for err := range errs {
+			all = append(all, err)
+		}
+		return errors.Join(all...)
+	}
+}
+
+// message returns the i-th message of a test: the shape of a typical event.
+func message(i int) *outbox.Message {
+	return &outbox.Message{
+		AggregateType: "order",
+		AggregateID:   fmt.Sprintf("o-%d", i%10_000),
+		EventType:     "ORDER_PAID",
+		Payload: fmt.Appendf(nil, `{"order_id":"o-%d","amount_cents":%d,"currency":"EUR","customer":"c-%d"}`,
+			i, 1000+i%900, i%5000),
+	}
+}
+
+// drain preloads the backlog, then times the relay until the broker has
+// confirmed all of it (or, for the textbook relay, until its time is up).
+func (r *run) drain(ctx context.Context, relay string) (*DrainResult, error) {
+	rows, limit := r.cfg.Rows, time.Duration(0)
+	if relay == relayTextbook {
+		// Enough for the textbook relay's time and a little more, never more than the test's rows.
+		rows = min(rows, int(r.cfg.BaselineTime/textbookInterval+1)*textbookBatch*3/2)
+		limit = r.cfg.BaselineTime
+	}
+	if err := r.reset(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.preload(ctx, rows); err != nil {
+		return nil, err
+	}
+	runners, rec, err := r.relays(relay, nil)
+	if err != nil {
+		return nil, err
+	}
+	runtime.GC()
+	m := startMeter()
+	begin := time.Now()
+	stopBar := r.prog.show("drain "+relay, func() (float64, string) {
+		n := rec.confirmed.Load()
+		el := time.Since(begin).Seconds()
+		return float64(n) / float64(rows), fmt.Sprintf("%d/%d  %s msgs/s", n, rows, thousands(float64(n)/max(el, 1e-9)))
+	})
+	stop := start(ctx, runners)
+	tick := time.NewTicker(2 * time.Millisecond)
+	for rec.confirmed.Load() < int64(rows) && ctx.Err() == nil && (limit == 0 || time.Since(begin) < limit) {
+		<-tick.C
+	}
+	tick.Stop()
+	elapsed := time.Since(begin)
+	stopBar()
+	runErr := stop()
+	u := m.stop()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if runErr != nil {
+		return nil, runErr
+	}
+	n := int(rec.confirmed.Load())
+	res := &DrainResult{Relay: relay, Rows: rows, Delivered: n, Complete: n >= rows, Seconds: elapsed.Seconds(),
+		MsgsPerSec: float64(n) / elapsed.Seconds(), usage: u}
+	if res.Complete {
+		if err := r.checkDelivered(ctx, rows); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// checkDelivered makes sure that the broker holds the rows and that the
+// table has nothing pending, so that a report never shows a rate for work
+// that was not done.
+func (r *run) checkDelivered(ctx context.Context, rows int) error {
+	stored, err := r.br.stored(ctx)
+	if err != nil {
+		return fmt.Errorf("count the stream: %w", err)
+	}
+	if stored != uint64(rows) {
+		return fmt.Errorf("the stream holds %d messages, want %d", stored, rows)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := r.db.pending(ctx)
+		if err != nil {
+			return fmt.Errorf("count pending rows: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d rows still pending after the broker confirmed them all", n)
+		}
+		time.Sleep(20 * time.Millisecond) // acknowledgements still in flight when the relays stopped
+	}
+}
+
+// preload writes rows messages in transactions of 1,000.
+func (r *run) preload(ctx context.Context, rows int) error {
+	const chunk = 1000
+	var done atomic.Int64
+	stopBar := r.prog.show("preload", func() (float64, string) {
+		n := done.Load()
+		return float64(n) / float64(rows), fmt.Sprintf("%d/%d rows", n, rows)
+	})
+	defer stopBar()
+	for i := 0; i < rows; i += chunk {
+		n := min(chunk, rows-i)
+		msgs := make([]*outbox.Message, n)
+		for j := range msgs {
+			msgs[j] = message(i + j)
+		}
+		if err := r.db.write(ctx, msgs); err != nil {
+			return fmt.Errorf("preload: %w", err)
+		}
+		done.Add(int64(n))
+	}
+	if r.db.analyze != "" {
+		if _, err := r.db.sqlDB.ExecContext(ctx, r.db.analyze); err != nil {
+			return fmt.Errorf("preload: %s: %w", r.db.analyze, err)
+		}
+	}
+	return nil
+}
+
+// latency offers the rate for the test's duration, one message per
+// transaction, and measures each message's time from commit to broker ack.
+func (r *run) latency(ctx context.Context, relay string) (*LatencyResult, error) {
+	dur := r.cfg.Duration
+	if relay == relayTextbook {
+		dur = min(dur, r.cfg.BaselineTime)
+	}
+	if err := r.reset(ctx); err != nil {
+		return nil, err
+	}
+	total := int(int64(r.cfg.Rate) * int64(dur) / int64(time.Second))
+	begin := time.Now()
+	lat := newLatencies(begin)
+	runners, _, err := r.relays(relay, lat.acked)
+	if err != nil {
+		return nil, err
+	}
+	runtime.GC()
+	m := startMeter()
+	stop := start(ctx, runners)
+	var committed sync.WaitGroup
+	var offered, failed int64
+	var mu sync.Mutex
+	var firstErr error
+	stopBar := r.prog.show(fmt.Sprintf("latency %s @%d/s", relay, r.cfg.Rate), func() (float64, string) {
+		mu.Lock()
+		o := offered
+		mu.Unlock()
+		return float64(lat.delivered()) / float64(total), fmt.Sprintf("offered %d  delivered %d  p99 %s",
+			o, lat.delivered(), fmtMs(lat.quantileMs(99)))
+	})
+
+	// The writers take their turn from the pacer; when they fall behind, the
+	// offered rate is what they achieve, and the report says so.
+	jobs := make(chan int)
+	for range r.cfg.Writers {
+		committed.Go(func() {
+			for i := range jobs {
+				msg := message(i)
+				err := r.db.write(ctx, []*outbox.Message{msg})
+				at := time.Now()
+				mu.Lock()
+				if err != nil {
+					failed++
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					continue
+				}
+				offered++
+				mu.Unlock()
+				lat.committed(msg.MessageID, at)
+			}
+		})
+	}
+	interval := time.Second / time.Duration(r.cfg.Rate)
+pace:
+	for i := range total {
+		if d := time.Until(begin.Add(time.Duration(i) * interval)); d > 200*time.Microsecond {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				break pace
+			case <-t.C:
+			}
+		}
+		select {
+		case jobs <- i:
+		case <-ctx.Done():
+			break pace
+		}
+	}
+	close(jobs)
+	committed.Wait()
+	writing := time.Since(begin)
+	deadline := time.Now().Add(grace)
+	for lat.delivered() < int(offered) && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	stopBar()
+	runErr := stop()
+	u := m.stop()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if runErr != nil {
+		return nil, runErr
+	}
+	if failed > 0 {
+		return nil, fmt.Errorf("%d of %d writes failed, the first with: %w", failed, failed+offered, firstErr)
+	}
+	res := lat.result()
+	res.Relay, res.Rate, res.Offered, res.Seconds = relay, r.cfg.Rate, int(offered), writing.Seconds()
+	res.OfferedRate = float64(offered) / writing.Seconds()
+	res.usage = u
+	return &res, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,335 @@
+package benchcmd
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/publisher/natspub"
+	"github.com/outboxkit/outbox/store/mysqlstore"
+	"github.com/outboxkit/outbox/store/pgstore"
+	"github.com/outboxkit/outbox/store/sqlitestore"
+)
+
+// setupTimeout bounds connecting to the database and the broker.
+const setupTimeout = 15 * time.Second
+
+// database is the run's own outbox table in the database under test.
+type database struct {
+	kind  string // postgres, mysql or sqlite
+	desc  string // for the report, without credentials
+	table string // the table's name, made by the run: lower-case letters, digits, underscores
+	store outbox.Store
+	// sqlDB runs the textbook relay's statements and the run's own.
+	sqlDB *sql.DB
+	// write inserts msgs in one transaction through the library's Writer.
+	write func(ctx context.Context, msgs []*outbox.Message) error
+	// bind is the placeholder of the statement's first parameter: $1 or ?.
+	bind string
+	// payloadText reads the payload column as text.
+	payloadText string
+	// analyze refreshes the planner's statistics after a preload ("" for none).
+	analyze string
+	closers []func()
+}
+
+// close drops the table and closes what openDatabase opened.
+func (d *database) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if d.sqlDB != nil {
+		_, _ = d.sqlDB.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.table)
+		if d.kind == "postgres" {
+			_, _ = d.sqlDB.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.table+"_lease") // pgstore.WithBatchLease's
+		}
+	}
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		d.closers[i]()
+	}
+}
+
+// clear deletes every row, between tests.
+func (d *database) clear(ctx context.Context) error {
+	if _, err := d.sqlDB.ExecContext(ctx, "DELETE FROM "+d.table); err != nil {
+		return fmt.Errorf("clear table %s: %w", d.table, err)
+	}
+	return nil
+}
+
+// pending counts the rows not yet sent.
+func (d *database) pending(ctx context.Context) (int64, error) {
+	var n int64
+	err := d.sqlDB.QueryRowContext(ctx, "SELECT count(*) FROM "+d.table+" WHERE status = 0").Scan(&n)
+	return n, err
+}
+
+// openDatabase opens the database of cfg (SQLite in dir by default) and
+// creates the table.
+func openDatabase(ctx context.Context, cfg Config, dir, table string) (_ *database, err error) {
+	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	d := &database{table: table}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	raw := cfg.DB
+	if raw == "" {
+		raw = "sqlite://" + filepath.Join(dir, "bench.db")
+	}
+	d.kind, err = dbKind(raw)
+	if err != nil {
+		return nil, err
+	}
+	// Connections: per relay, one claim and one acknowledgement per batch
+	// in flight and a listener; the writers; the run's own statements.
+	conns := cfg.Relays*(cfg.MaxInFlight+2) + cfg.Writers + 2
+	switch d.kind {
+	case "postgres":
+		err = d.openPostgres(ctx, cfg, raw, conns)
+	case "mysql":
+		err = d.openMySQL(raw, conns)
+	default:
+		err = d.openSQLite(raw, cfg.DB == "")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if m, ok := d.store.(outbox.Migrator); ok {
+		if err := m.Migrate(ctx); err != nil {
+			return nil, fmt.Errorf("create table %s: %w", table, err)
+		}
+	}
+	return d, nil
+}
+
+func (d *database) openPostgres(ctx context.Context, cfg Config, raw string, conns int) error {
+	pcfg, err := pgxpool.ParseConfig(raw)
+	if err != nil {
+		return fmt.Errorf("db %s: %w", redact(raw), err)
+	}
+	pcfg.MaxConns = int32(conns)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return fmt.Errorf("db %s: %w", redact(raw), err)
+	}
+	d.closers = append(d.closers, pool.Close)
+	if err := pool.Ping(ctx); err != nil {
+		return fmt.Errorf("db %s: %w", redact(raw), err)
+	}
+	st, err := pgstore.New(pool, pgstore.WithTable(d.table), pgstore.WithNotify(!cfg.NoNotify),
+		pgstore.WithAsyncCommit(cfg.AsyncCommit), pgstore.WithBatchLease(cfg.BatchLease))
+	if err != nil {
+		return err
+	}
+	w := outbox.NewWriter(st)
+	d.desc = "PostgreSQL at " + redact(raw)
+	d.store = st
+	d.sqlDB = stdlib.OpenDBFromPool(pool)
+	d.closers = append(d.closers, func() { d.sqlDB.Close() })
+	d.write = func(ctx context.Context, msgs []*outbox.Message) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
+	}
+	d.bind, d.payloadText, d.analyze = "$1", "payload::text", "VACUUM ANALYZE "+d.table
+	return nil
+}
+
+func (d *database) openMySQL(raw string, conns int) error {
+	db, err := mysqlstore.Open(raw)
+	if err != nil {
+		return fmt.Errorf("db %s: %w", redact(raw), err)
+	}
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	d.closers = append(d.closers, func() { db.Close() })
+	st, err := mysqlstore.New(db, mysqlstore.WithTable(d.table))
+	if err != nil {
+		return err
+	}
+	d.desc = "MySQL at " + redact(raw)
+	d.useSQL(db, st, outbox.NewWriter[*sql.Tx](st))
+	d.bind, d.payloadText, d.analyze = "?", "CAST(payload AS CHAR)", "ANALYZE TABLE "+d.table
+	return nil
+}
+
+func (d *database) openSQLite(raw string, embedded bool) error {
+	path := strings.TrimPrefix(raw, "sqlite://")
+	db, err := sqlitestore.Open(path)
+	if err != nil {
+		return fmt.Errorf("db %s: %w", raw, err)
+	}
+	d.closers = append(d.closers, func() { db.Close() })
+	st, err := sqlitestore.New(db, sqlitestore.WithTable(d.table))
+	if err != nil {
+		return err
+	}
+	d.desc = "SQLite at " + path
+	if embedded {
+		d.desc = "SQLite in a temporary folder"
+	}
+	d.useSQL(db, st, outbox.NewWriter[*sql.Tx](st))
+	d.bind, d.payloadText = "?", "payload"
+	return nil
+}
+
+// useSQL sets the store and writer of a database/sql database.
+func (d *database) useSQL(db *sql.DB, st outbox.Store, w *outbox.Writer[*sql.Tx]) {
+	d.store, d.sqlDB = st, db
+	d.write = func(ctx context.Context, msgs []*outbox.Message) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := w.Write(ctx, tx, msgs...); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
+}
+
+// broker is the NATS JetStream server under test and the run's stream on it.
+type broker struct {
+	desc    string
+	srv     *server.Server // the embedded server, nil for a given one
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	stream  string
+	subject string // prefix of the run's subjects, ending in "."
+}
+
+// openBroker starts an embedded server in dir when raw is empty, connects,
+// and creates the run's stream.
+func openBroker(ctx context.Context, raw, dir, name string, maxPending int) (_ *broker, err error) {
+	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	b := &broker{stream: strings.ToUpper(name), subject: name + "."}
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
+	if raw == "" {
+		if b.srv, err = runEmbeddedNATS(filepath.Join(dir, "nats")); err != nil {
+			return nil, err
+		}
+		raw = b.srv.ClientURL()
+		b.desc = "embedded NATS JetStream " + server.VERSION
+	} else {
+		b.desc = "NATS JetStream at " + redact(raw)
+	}
+	b.nc, err = nats.Connect(raw, nats.Name("outbox bench"), nats.Timeout(5*time.Second), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("broker %s: %w", redact(raw), err)
+	}
+	if b.js, err = jetstream.New(b.nc, jetstream.WithPublishAsyncMaxPending(maxPending)); err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	if err := natspub.EnsureStream(ctx, b.js, b.stream, []string{b.subject + ">"}, 0); err != nil {
+		return nil, fmt.Errorf("broker %s: %w", redact(raw), err)
+	}
+	return b, nil
+}
+
+// publisher returns a new publisher to the run's stream.
+func (b *broker) publisher() (outbox.Publisher, error) {
+	return natspub.New(b.js, natspub.WithSubjectPrefix(b.subject))
+}
+
+// stored returns how many messages the stream holds.
+func (b *broker) stored(ctx context.Context) (uint64, error) {
+	s, err := b.js.Stream(ctx, b.stream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.Msgs, nil
+}
+
+// purge empties the stream, between tests.
+func (b *broker) purge(ctx context.Context) error {
+	s, err := b.js.Stream(ctx, b.stream)
+	if err != nil {
+		return fmt.Errorf("purge stream %s: %w", b.stream, err)
+	}
+	if err := s.Purge(ctx); err != nil {
+		return fmt.Errorf("purge stream %s: %w", b.stream, err)
+	}
+	return nil
+}
+
+// close deletes the stream and stops what openBroker started.
+func (b *broker) close() {
+	if b.js != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+		_ = b.js.DeleteStream(ctx, b.stream)
+		cancel()
+	}
+	if b.nc != nil {
+		b.nc.Close()
+	}
+	if b.srv != nil {
+		b.srv.Shutdown()
+		b.srv.WaitForShutdown()
+	}
+}
+
+// runEmbeddedNATS starts a NATS server with JetStream, storing in dir, on a
+// random port of 127.0.0.1.
+func runEmbeddedNATS(dir string) (*server.Server, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	srv, err := server.NewServer(&server.Options{
+		ServerName: "outbox-bench",
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
+		JetStream:  true,
+		StoreDir:   dir,
+		NoSigs:     true,
+		NoLog:      true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, errors.New("embedded nats: not ready after 10s")
+	}
+	return srv, nil
+}
+
+// redact returns raw without its password or query, for reports and errors.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		if at := strings.LastIndex(raw, "@"); at >= 0 { // a go-sql-driver DSN: user:pass@tcp(host)/db
+			return "…@" + raw[at+1:]
+		}
+		return raw
+	}
+	if u.User != nil {
+		u.User = url.User(u.User.Username())
+	}
+	u.RawQuery = ""
+	return u.String()
+}

@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+
+	ucli "github.com/urfave/cli/v3"
+
+	"github.com/outboxkit/outbox/internal/benchcmd"
+)
+
+func init() { extraCommands = append(extraCommands, benchCommand) }
+
+// benchCommand is `outbox bench`: internal/benchcmd on the user's database
+// and broker, or on embedded SQLite and NATS.
+func benchCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "bench",
+		Usage: "measure the relay's throughput and latency, next to a textbook relay",
+		Description: "Runs a drain test (preload --rows, time until the broker has acknowledged them all) and a\n" +
+			"latency test (--rate one-message transactions a second for --duration, commit to broker ack),\n" +
+			"each also with the textbook relay (1 s fixed-delay poll of 100 rows, publish one by one, one\n" +
+			"UPDATE per row) on the same database and broker, and prints a table with the ratios, or JSON.\n" +
+			"Without --db and --broker it runs on SQLite in a temporary folder and an embedded NATS server.\n" +
+			"It creates a table and a stream of its own and removes them at the end. Progress goes to stderr.",
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "db", Usage: "database `URL`: postgres://, mysql:// or sqlite://PATH (default: SQLite in a temporary folder)"},
+			&ucli.StringFlag{Name: "broker", Usage: "NATS `URL` (default: an embedded NATS JetStream server)"},
+			&ucli.StringFlag{Name: "test", Usage: "tests to run, comma-separated: drain, latency", Value: "drain,latency"},
+			&ucli.IntFlag{Name: "rows", Usage: "rows the drain test preloads", Value: benchcmd.DefaultRows},
+			&ucli.IntFlag{Name: "rate", Usage: "messages a second the latency test offers", Value: benchcmd.DefaultRate},
+			&ucli.DurationFlag{Name: "duration", Usage: "how long the latency test offers its rate", Value: benchcmd.DefaultDuration},
+			&ucli.IntFlag{Name: "writers", Usage: "transactions the latency test may have open at once", Value: benchcmd.DefaultWriters},
+			&ucli.BoolWithInverseFlag{Name: "baseline", Usage: "also run the textbook relay", Value: true},
+			&ucli.DurationFlag{Name: "baseline-time", Usage: "cap of each textbook relay test", Value: benchcmd.DefaultBaselineTime},
+			&ucli.IntFlag{Name: "relays", Usage: "relays sharing the table", Value: benchcmd.DefaultRelays},
+			&ucli.IntFlag{Name: "batch", Usage: "the relay's batch size", Value: benchcmd.DefaultBatchSize},
+			&ucli.IntFlag{Name: "in-flight", Usage: "batches each relay may have at the broker at once", Value: benchcmd.DefaultMaxInFlight},
+			&ucli.DurationFlag{Name: "poll-interval", Usage: "the relay's idle poll interval", Value: benchcmd.DefaultPollInterval},
+			&ucli.BoolFlag{Name: "delete-sent", Usage: "delete published rows instead of marking them sent"},
+			&ucli.BoolFlag{Name: "async-commit", Usage: "PostgreSQL: commit the relay's statements without waiting for the disk"},
+			&ucli.BoolWithInverseFlag{Name: "notify", Usage: "PostgreSQL: wake the relay with LISTEN/NOTIFY", Value: true},
+			&ucli.BoolFlag{Name: "batch-lease", Usage: "PostgreSQL: lease each batch with one row of a side table, not every row"},
+			&ucli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
+			&ucli.StringFlag{Name: "chart", Usage: "write a chart of latency over time to `FILE` (.svg)", TakesFile: true},
+			&ucli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
+			&ucli.BoolFlag{Name: "verbose", Usage: "log the relays' warnings and errors to stderr"},
+		},
+		Action: func(ctx context.Context, cmd *ucli.Command) error {
+			if cmd.Args().Present() {
+				return usage(errUnexpectedArgs(cmd))
+			}
+			var tests []string
+			for t := range strings.SplitSeq(cmd.String("test"), ",") {
+				if t = strings.TrimSpace(t); t != "" {
+					tests = append(tests, t)
+				}
+			}
+			cfg := benchcmd.Config{
+				DB: cmd.String("db"), Broker: cmd.String("broker"), Tests: tests,
+				Rows: cmd.Int("rows"), Rate: cmd.Int("rate"), Duration: cmd.Duration("duration"),
+				Writers: cmd.Int("writers"), SkipBaseline: !cmd.Bool("baseline"),
+				BaselineTime: cmd.Duration("baseline-time"), Relays: cmd.Int("relays"),
+				BatchSize: cmd.Int("batch"), MaxInFlight: cmd.Int("in-flight"),
+				PollInterval: cmd.Duration("poll-interval"), DeleteSent: cmd.Bool("delete-sent"),
+				AsyncCommit: cmd.Bool("async-commit"), NoNotify: !cmd.Bool("notify"), BatchLease: cmd.Bool("batch-lease"),
+				JSON: cmd.Bool("json"), Chart: cmd.String("chart"),
+			}
+			if !cmd.Bool("quiet") {
+				cfg.Progress = cmd.Root().ErrWriter
+			}
+			if cmd.Bool("verbose") {
+				cfg.Logger = slog.New(slog.NewTextHandler(cmd.Root().ErrWriter, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			}
+			if err := benchcmd.Validate(cfg); err != nil {
+				return usage(err)
+			}
+			_, err := benchcmd.Run(ctx, cfg, cmd.Root().Writer)
+			return err
+		},
+	}
+}
+
+// errUnexpectedArgs reports positional arguments a command does not take.
+func errUnexpectedArgs(cmd *ucli.Command) error {
+	return &argsError{cmd: cmd.Name, args: cmd.Args().Slice()}
+}
+
+type argsError struct {
+	cmd  string
+	args []string
+}
+
+func (e *argsError) Error() string {
+	return "outbox " + e.cmd + " takes no arguments, got " + strings.Join(e.args, " ")
+}

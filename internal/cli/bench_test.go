@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/internal/benchcmd"
+)
+
+// TestBench runs `outbox bench` on the embedded defaults with small numbers
+// and reads its JSON report.
+func TestBench(t *testing.T) {
+	t.Parallel()
+	r := run(t.Context(), "bench", "--rows", "500", "--rate", "20", "--duration", "1s", "--no-baseline",
+		"--batch", "100", "--in-flight", "2", "--json", "--quiet")
+	require.Equal(t, ExitOK, r.code, r.stderr)
+	require.Empty(t, r.stderr)
+	var rep benchcmd.Report
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
+	require.Len(t, rep.Drain, 1)
+	require.Equal(t, 500, rep.Drain[0].Delivered)
+	require.Len(t, rep.Latency, 1)
+	require.Equal(t, 20, rep.Latency[0].Offered)
+	require.Equal(t, 100, rep.Settings.BatchSize)
+	require.Equal(t, 2, rep.Settings.MaxInFlight)
+}
+
+func TestBenchUsageErrors(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"BadRows", []string{"--rows", "-1"}, "rows: -1 is not between"},
+		{"UnknownTest", []string{"--test", "drain,soak"}, `test "soak" is unknown`},
+		{"ChartNotSVG", []string{"--chart", "x.png"}, "does not end in .svg"},
+		{"Arguments", []string{"now"}, "outbox bench takes no arguments"},
+		{"UnknownFlag", []string{"--frobnicate"}, "frobnicate"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := run(t.Context(), append([]string{"bench"}, tc.args...)...)
+			require.Equal(t, ExitUsage, r.code)
+			require.Contains(t, requireOneLine(t, r), tc.want)
+		})
+	}
+}

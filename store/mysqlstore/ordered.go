@@ -1,0 +1,128 @@
+package mysqlstore
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/outboxkit/outbox"
+)
+
+// An ordered claim hands out only heads: rows with no earlier row of their
+// aggregate that is pending (or dead, when dead rows block). Walking the
+// pending rows in id order and probing each one's aggregate finds heads
+// cheaply while they are dense at the front of the backlog (many
+// aggregates), but when a few aggregates hold a deep backlog, a claim that
+// finds fewer heads than its limit would walk, and probe, the whole backlog:
+// draining becomes quadratic. So, when the table has the head index
+// (status, aggregate_type, aggregate_id, id), which Migrate creates, an
+// ordered claim, inside its one READ COMMITTED transaction:
+//
+//  1. reads the id of the window's last row, the orderedWindow(limit)-th due
+//     pending row (a plain index read; none when the backlog is shorter);
+//  2. walks the due pending rows up to that id, probing the head index twice
+//     per row (an earlier pending row, an earlier dead row);
+//  3. only when that found fewer heads than the limit and more rows lie
+//     beyond the window: reads every aggregate's first pending and first
+//     dead row with a loose index scan of the head index (one index dive per
+//     aggregate and status, not per row) and claims the heads among them,
+//     oldest first.
+//
+// Steps 2 and 3 lock with SKIP LOCKED and take a row only if it was a head in
+// the statement's snapshot, as the single walk did, so the guarantee is
+// unchanged; the cost is bounded by the window plus one dive per aggregate.
+// A table without the head index keeps the single walk.
+
+// orderedWindow is how many due pending rows the walk looks at for a claim
+// of limit rows.
+func orderedWindow(limit int) int { return max(4*limit, 256) }
+
+// headIndex returns the name of an index of t whose leading columns are
+// (status, aggregate_type, aggregate_id), or "" when there is none.
+func headIndex(ctx context.Context, q queryer, t table) (string, error) {
+	rows, err := q.QueryContext(ctx, `SELECT index_name, seq_in_index, column_name FROM information_schema.statistics
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND seq_in_index <= 3`, t.schemaArg(), t.name)
+	if err != nil {
+		return "", fmt.Errorf("read indexes of %s: %w", t.raw, err)
+	}
+	defer rows.Close()
+	lead := map[string][3]string{}
+	for rows.Next() {
+		var name, col string
+		var seq int
+		if err := rows.Scan(&name, &seq, &col); err != nil {
+			return "", fmt.Errorf("read indexes of %s: %w", t.raw, err)
+		}
+		l := lead[name]
+		l[seq-1] = strings.ToLower(col)
+		lead[name] = l
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("read indexes of %s: %w", t.raw, err)
+	}
+	var found []string
+	for name, l := range lead {
+		if l == [3]string{"status", "aggregate_type", "aggregate_id"} {
+			found = append(found, name)
+		}
+	}
+	if len(found) == 0 {
+		return "", nil
+	}
+	sort.Strings(found)
+	return found[0], nil
+}
+
+// orderedSQL are the statements of an ordered claim on a table with the head index.
+type orderedSQL struct {
+	bound string // step 1: the window's last id; no parameters
+	walk  string // step 2: parameters: the bound, the limit
+	heads string // step 3: parameter: the limit
+}
+
+const due = "(%[1]s.next_retry_at IS NULL OR %[1]s.next_retry_at <= UTC_TIMESTAMP(6))"
+
+// orderedClaimSQL builds the statements of an ordered claim, or returns nil
+// when the table lacks the head index (the claim then walks the whole
+// backlog with the statement of claimSQL).
+func (s *Store) orderedClaimSQL(info tableInfo, p outbox.ClaimParams, sel []string) *orderedSQL {
+	if !p.Ordered || info.headIndex == "" {
+		return nil
+	}
+	t := s.table.quoted()
+	claimIdx := ""
+	if info.claimIndex != "" {
+		claimIdx = " FORCE INDEX (" + quoteIdent(info.claimIndex) + ")"
+	}
+	headIdx := " FORCE INDEX (" + quoteIdent(info.headIndex) + ")"
+	cols := make([]string, len(sel))
+	for i, c := range sel {
+		cols[i] = "c." + c
+	}
+	head := "SELECT c.id, COALESCE(c.retry_count, 0), " + strings.Join(cols, ", ") + " FROM " + t + " AS c"
+	earlier := func(status string) string {
+		return " AND NOT EXISTS (SELECT 1 FROM " + t + " AS h" + headIdx + " WHERE h.status = " + status +
+			" AND h.aggregate_type = c.aggregate_type AND h.aggregate_id = c.aggregate_id AND h.id < c.id)"
+	}
+	blocking := "0"
+	walk := head + claimIdx + " WHERE c.status = 0 AND " + fmt.Sprintf(due, "c") + " AND c.id <= ?" + earlier("0")
+	if p.BlockOnDead {
+		blocking = "0, 2"
+		walk += earlier("2")
+	}
+	return &orderedSQL{
+		bound: "SELECT w.id FROM " + t + " AS w" + claimIdx + " WHERE w.status = 0 AND " + fmt.Sprintf(due, "w") +
+			" ORDER BY w.id LIMIT 1 OFFSET " + strconv.Itoa(orderedWindow(p.Limit)-1),
+		walk: walk + " ORDER BY c.id LIMIT ? FOR UPDATE SKIP LOCKED",
+		// The inner GROUP BY names the index's leading columns so that MySQL and
+		// MariaDB read it with a loose index scan ("Using index for group-by"):
+		// the first row of each (status, aggregate); the outer one keeps the
+		// earlier of an aggregate's first pending and first dead row.
+		heads: head + " JOIN (SELECT MIN(g.first) AS id FROM (SELECT aggregate_type, aggregate_id, MIN(id) AS first FROM " +
+			t + headIdx + " WHERE status IN (" + blocking + ") GROUP BY status, aggregate_type, aggregate_id) AS g" +
+			" GROUP BY g.aggregate_type, g.aggregate_id) AS hd ON c.id = hd.id" +
+			" WHERE c.status = 0 AND " + fmt.Sprintf(due, "c") + " ORDER BY c.id LIMIT ? FOR UPDATE SKIP LOCKED",
+	}
+}

@@ -1,0 +1,193 @@
+package mysqlstore
+
+import (
+	"database/sql"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testsvc"
+)
+
+// orderedStore returns a migrated Store on a database of the test's own.
+func orderedStore(t *testing.T) (*Store, *sql.DB) {
+	t.Helper()
+	_, dsn := testsvc.MySQLDatabase(t)
+	db, err := Open(dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	s, err := New(db)
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(t.Context()))
+	return s, db
+}
+
+// writeAgg commits n messages of aggregate agg, numbered from 0 in the payload.
+func writeAgg(t *testing.T, s *Store, db *sql.DB, agg string, n int) {
+	t.Helper()
+	msgs := make([]*outbox.Message, n)
+	for i := range msgs {
+		msgs[i] = &outbox.Message{MessageID: fmt.Sprintf("%s-%d", agg, i), AggregateType: "order", AggregateID: agg,
+			EventType: "E", Payload: fmt.Appendf(nil, "%d", i)}
+	}
+	tx, err := db.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	require.NoError(t, outbox.NewWriter[*sql.Tx](s).Write(t.Context(), tx, msgs...))
+	require.NoError(t, tx.Commit())
+}
+
+// claimOrdered makes an ordered claim and returns "agg#n" of each message.
+func claimOrdered(t *testing.T, s *Store, limit int, blockOnDead bool) ([]string, []*outbox.Message) {
+	t.Helper()
+	c, err := s.Claim(t.Context(), outbox.ClaimParams{Limit: limit, Lease: time.Hour, Ordered: true, BlockOnDead: blockOnDead})
+	require.NoError(t, err)
+	require.Empty(t, c.Malformed)
+	var got []string
+	for _, m := range c.Messages {
+		got = append(got, fmt.Sprintf("%s#%s", m.AggregateID, m.Payload))
+	}
+	return got, c.Messages
+}
+
+func explain(t *testing.T, db *sql.DB, q string, args ...any) string {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), "EXPLAIN "+q, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	var plan []string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		require.NoError(t, rows.Scan(ptrs...))
+		var line []string
+		for i, c := range cols {
+			line = append(line, c+"="+vals[i].String)
+		}
+		plan = append(plan, strings.Join(line, " "))
+	}
+	require.NoError(t, rows.Err())
+	return strings.Join(plan, "\n")
+}
+
+// TestOrderedClaimPlans checks the plans that keep an ordered claim cheap on
+// a deep backlog: the walk reads the (status, id) index up to the window's
+// last id and probes the head index by (status, aggregate); the fallback
+// reads the head index with a loose index scan, one dive per aggregate.
+func TestOrderedClaimPlans(t *testing.T) {
+	t.Parallel()
+	s, db := orderedStore(t)
+	ctx := t.Context()
+	_, err := db.ExecContext(ctx, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload, status)
+		WITH d(n) AS (SELECT 0 UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+			UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9),
+		n(i) AS (SELECT 1 + a.n + 10 * b.n + 100 * c.n + 1000 * e.n FROM d AS a, d AS b, d AS c, d AS e)
+		SELECT CONCAT('m', i), 'order', CONCAT('a', i % 50), 'E', '{}', IF(i < 2000, 1, 0) FROM n WHERE i <= 5000 ORDER BY i`)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, "ANALYZE TABLE outbox_message")
+	require.NoError(t, err)
+	info, err := s.tableInfo(ctx, db)
+	require.NoError(t, err)
+	require.Equal(t, "idx_status_aggregate", info.headIndex)
+
+	p := outbox.ClaimParams{Limit: 100, Ordered: true, BlockOnDead: true}
+	q, sel := s.claimSQL(info, p)
+	ord := s.orderedClaimSQL(info, p, sel)
+	require.NotNil(t, ord)
+	var bound int64
+	require.NoError(t, db.QueryRowContext(ctx, ord.bound).Scan(&bound))
+	require.EqualValues(t, 2000+orderedWindow(p.Limit)-1, bound, "the window's last row")
+
+	walk := explain(t, db, ord.walk, bound, p.Limit)
+	require.Regexp(t, `(?m)^.*table=c type=range .*key=idx_status_id`, walk, "the walk reads the window only:\n%s", walk)
+	require.Equal(t, 2, strings.Count(walk, "key=idx_status_aggregate"), "two probes of the head index:\n%s", walk)
+	require.NotContains(t, walk, "filesort")
+
+	heads := explain(t, db, ord.heads, p.Limit)
+	require.Contains(t, heads, "Using index for group-by", "a loose index scan:\n%s", heads)
+
+	require.Nil(t, s.orderedClaimSQL(info, outbox.ClaimParams{Limit: 10}, sel), "unordered claims walk as before")
+	require.NotEmpty(t, q)
+}
+
+// TestOrderedClaimBeyondTheWindow writes a deep backlog of one aggregate
+// ahead of twenty others, whose heads lie beyond the walk's window: the
+// loose scan finds them, oldest first.
+func TestOrderedClaimBeyondTheWindow(t *testing.T) {
+	t.Parallel()
+	s, db := orderedStore(t)
+	writeAgg(t, s, db, "hot", 1000)
+	want := []string{"hot#0"}
+	for i := range 20 {
+		agg := fmt.Sprintf("a-%02d", i)
+		writeAgg(t, s, db, agg, 2)
+		want = append(want, agg+"#0")
+	}
+	got, msgs := claimOrdered(t, s, 50, true)
+	require.Equal(t, want, got)
+	n, err := s.Ack(t.Context(), outbox.AckParams{Messages: msgs})
+	require.NoError(t, err)
+	require.Equal(t, 21, n)
+	got, _ = claimOrdered(t, s, 10, true)
+	require.Equal(t, []string{"hot#1", "a-00#1", "a-01#1", "a-02#1", "a-03#1", "a-04#1", "a-05#1", "a-06#1", "a-07#1", "a-08#1"}, got,
+		"the limit holds, oldest heads first")
+}
+
+// TestOrderedClaimDeadPolicyBeyondTheWindow checks that the loose scan keeps
+// the dead policy: a dead head blocks its aggregate only with BlockOnDead.
+func TestOrderedClaimDeadPolicyBeyondTheWindow(t *testing.T) {
+	t.Parallel()
+	s, db := orderedStore(t)
+	writeAgg(t, s, db, "hot", 400)
+	writeAgg(t, s, db, "b", 3)
+	ctx := t.Context()
+	got, msgs := claimOrdered(t, s, 10, true)
+	require.Equal(t, []string{"hot#0", "b#0"}, got)
+	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: []outbox.Dead{{Message: msgs[1], Reason: "poison"}}}))
+	_, err := s.Ack(ctx, outbox.AckParams{Messages: msgs[:1]})
+	require.NoError(t, err)
+
+	got, msgs = claimOrdered(t, s, 10, true)
+	require.Equal(t, []string{"hot#1"}, got, "the dead b#0 holds b#1 back")
+	_, err = s.Ack(ctx, outbox.AckParams{Messages: msgs})
+	require.NoError(t, err)
+	got, _ = claimOrdered(t, s, 10, false)
+	require.Equal(t, []string{"hot#2", "b#1"}, got, "without BlockOnDead b#1 goes past the dead b#0")
+}
+
+// TestMigrateAddsTheHeadIndex checks that Migrate gives a pasted table the
+// head index, and that ordered claims on a table without it still work.
+func TestMigrateAddsTheHeadIndex(t *testing.T) {
+	t.Parallel()
+	_, dsn := testsvc.MySQLDatabase(t)
+	db, err := Open(dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	_, err = db.Exec(`CREATE TABLE outbox_message (
+		id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, message_id VARCHAR(64) NOT NULL UNIQUE,
+		aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(64) NOT NULL, event_type VARCHAR(64) NOT NULL,
+		payload JSON NOT NULL, status TINYINT NOT NULL DEFAULT 0, retry_count INT NOT NULL DEFAULT 0,
+		next_retry_at DATETIME NULL, created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
+		updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+		INDEX (status, next_retry_at), INDEX (aggregate_type, aggregate_id)) ENGINE = InnoDB`)
+	require.NoError(t, err)
+	s, err := New(db)
+	require.NoError(t, err)
+	writeAgg(t, s, db, "hot", 300)
+	writeAgg(t, s, db, "b", 1)
+	got, _ := claimOrdered(t, s, 10, true)
+	require.Equal(t, []string{"hot#0", "b#0"}, got, "without the head index: one walk over the whole backlog")
+
+	require.NoError(t, s.Migrate(t.Context()))
+	info, err := s.tableInfo(t.Context(), db)
+	require.NoError(t, err)
+	require.Equal(t, "idx_status_aggregate", info.headIndex)
+}

@@ -1,0 +1,350 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/outboxtest"
+	"github.com/outboxkit/outbox/store/pgstore"
+)
+
+// The tests of this file cover the relay's latency paths on PostgreSQL:
+// asynchronous commit of the relay's statements, the NOTIFY trigger for
+// writers that do not use the Store, the listener's recovery, the cost of an
+// idle relay and the coalescing of a burst of notifications.
+
+// uniqueTable returns a table name of its own for t: NOTIFY channels are per
+// database, not per schema, so tests that listen must not share a table name.
+func uniqueTable(t *testing.T) string { return "n_" + testsvc.Name(t) }
+
+// startRelay runs r until the test ends.
+func startRelay(t *testing.T, r *outbox.Relay) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+func TestAsyncCommit(t *testing.T) {
+	t.Parallel()
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Async=%v", async), func(t *testing.T) {
+			t.Parallel()
+			pool, _, _ := testsvc.PostgresSchema(t)
+			s := newStore(t, pool, pgstore.WithAsyncCommit(async))
+			w := outbox.NewWriter(s)
+			ctx := t.Context()
+			require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				return w.Write(ctx, tx, msg("1"), msg("2"), msg("3"))
+			}))
+			want := map[bool]string{false: "on", true: "off"}[async]
+
+			// Each relay statement sets synchronous_commit for its own transaction
+			// only: seen from inside a transaction that runs it, then gone.
+			claimSQL, ackSQL, err := pgstore.RelaySQL(ctx, s)
+			require.NoError(t, err)
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer tx.Rollback(ctx) //nolint:errcheck
+			show := func() string {
+				var v string
+				require.NoError(t, tx.QueryRow(ctx, "SHOW synchronous_commit").Scan(&v))
+				return v
+			}
+			require.Equal(t, "on", show())
+			var ids []int64
+			var attempts []int32
+			rows, err := tx.Query(ctx, claimSQL, 1, time.Minute.Microseconds())
+			require.NoError(t, err)
+			for rows.Next() {
+				v, err := rows.Values()
+				require.NoError(t, err)
+				ids, attempts = append(ids, v[0].(int64)), append(attempts, v[1].(int32))
+			}
+			require.NoError(t, rows.Err())
+			require.Len(t, ids, 1)
+			require.Equal(t, want, show(), "after the claim")
+			require.NoError(t, tx.Rollback(ctx))
+
+			tx, err = pool.Begin(ctx)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, ackSQL, []int64{1}, []int32{0})
+			require.NoError(t, err)
+			require.Equal(t, want, show(), "after the ack")
+			require.NoError(t, tx.Rollback(ctx))
+
+			var session string
+			require.NoError(t, pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&session))
+			require.Equal(t, "on", session, "the setting leaked out of the statement's transaction")
+
+			// And the relay works as usual through the Store.
+			pub := outboxtest.NewPublisher()
+			r, err := outbox.NewRelay(s, pub, outbox.WithPollInterval(20*time.Millisecond))
+			require.NoError(t, err)
+			n, err := outboxtest.FlushAndWait(ctx, r, s)
+			require.NoError(t, err)
+			require.Equal(t, 3, n)
+			require.Equal(t, 3, count(t, pool, "SELECT count(*) FROM outbox_message WHERE status = 1 AND retry_count = 1"))
+		})
+	}
+}
+
+// notifications listens on channel with a connection of its own and counts
+// what arrives until a NOTIFY with the payload "end".
+type notifications struct {
+	conn    *pgx.Conn
+	channel string
+}
+
+func listenTo(t *testing.T, pool *pgxpool.Pool, channel string) *notifications {
+	t.Helper()
+	conn, err := pgx.ConnectConfig(t.Context(), pool.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	_, err = conn.Exec(t.Context(), "LISTEN "+pgx.Identifier{channel}.Sanitize())
+	require.NoError(t, err)
+	return &notifications{conn: conn, channel: channel}
+}
+
+// countUntilEnd sends the end marker through pool and counts the
+// notifications that came before it.
+func (n *notifications) countUntilEnd(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	exec(t, pool, "SELECT pg_notify($1, 'end')", n.channel)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	got := 0
+	for {
+		nt, err := n.conn.WaitForNotification(ctx)
+		require.NoError(t, err)
+		if nt.Payload == "end" {
+			return got
+		}
+		got++
+	}
+}
+
+func TestNotifyTrigger(t *testing.T) {
+	t.Parallel()
+	pool, _, _ := testsvc.PostgresSchema(t)
+	table := uniqueTable(t)
+	s := newStore(t, pool, pgstore.WithTable(table), pgstore.WithNotifyTrigger(true))
+	require.NoError(t, s.Migrate(t.Context()), "a second Migrate")
+	require.Equal(t, 1, count(t, pool, "SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = 'outbox_notify'", table))
+
+	// A writer that knows nothing of the outbox library: plain INSERTs.
+	insert := func(tx pgx.Tx, n int) {
+		t.Helper()
+		_, err := tx.Exec(t.Context(), fmt.Sprintf(`INSERT INTO %s (message_id, aggregate_type, aggregate_id, event_type, payload)
+			SELECT gen_random_uuid()::text, 'order', g::text, 'ORDER_PAID', '{}' FROM generate_series(1, $1) g`, table), n)
+		require.NoError(t, err)
+	}
+	ln := listenTo(t, pool, table)
+	cases := []struct {
+		name       string
+		statements []int // rows per INSERT statement, all in one transaction
+		want       int
+	}{
+		{"OneStatementOfManyRows", []int{500}, 1},
+		{"ThreeStatementsOneTransaction", []int{1, 20, 300}, 1},
+		{"NoRows", []int{0}, 1},
+	}
+	for _, tc := range cases {
+		require.NoError(t, pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+			for _, n := range tc.statements {
+				insert(tx, n)
+			}
+			return nil
+		}), tc.name)
+		require.Equal(t, tc.want, ln.countUntilEnd(t, pool), tc.name)
+	}
+	// A rolled-back transaction notifies no one.
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	insert(tx, 5)
+	require.NoError(t, tx.Rollback(t.Context()))
+	require.Zero(t, ln.countUntilEnd(t, pool), "rolled back")
+
+	// The Store's own writes leave the NOTIFY to the trigger: still one per transaction.
+	require.NoError(t, pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		return outbox.NewWriter(s).Write(t.Context(), tx, msg("a"), msg("b"))
+	}))
+	require.Equal(t, 1, ln.countUntilEnd(t, pool), "the Store's own write")
+
+	// A relay that would otherwise sleep for an hour publishes a plain INSERT at once.
+	exec(t, pool, fmt.Sprintf("DELETE FROM %s", table))
+	pub := outboxtest.NewPublisher()
+	r, err := outbox.NewRelay(s, pub, outbox.WithPollInterval(time.Hour))
+	require.NoError(t, err)
+	startRelay(t, r)
+	testsvc.Eventually(t, 10*time.Second, func() bool {
+		return count(t, pool, "SELECT count(*) FROM pg_stat_activity WHERE query = $1", "LISTEN "+pgx.Identifier{table}.Sanitize()) >= 2
+	}, "relay listening")
+	require.NoError(t, pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error { insert(tx, 7); return nil }))
+	testsvc.Eventually(t, 10*time.Second, func() bool { return pub.Count() == 7 }, "plain inserts published")
+}
+
+// TestRelayListenerRecovers terminates the relay's listening connection: the
+// relay starts listening again by itself and, because rows may have
+// committed while no one listened, looks for them at once.
+func TestRelayListenerRecovers(t *testing.T) {
+	t.Parallel()
+	pool, _, _ := testsvc.PostgresSchema(t)
+	table := uniqueTable(t)
+	s := newStore(t, pool, pgstore.WithTable(table), pgstore.WithNotify(true))
+	w := outbox.NewWriter(s)
+	pub := outboxtest.NewPublisher()
+	r, err := outbox.NewRelay(s, pub, outbox.WithPollInterval(time.Hour))
+	require.NoError(t, err)
+	startRelay(t, r)
+	listenSQL := "LISTEN " + pgx.Identifier{table}.Sanitize()
+	listener := func() int {
+		var pid int
+		err := pool.QueryRow(t.Context(), "SELECT COALESCE(max(pid), 0) FROM pg_stat_activity WHERE query = $1", listenSQL).Scan(&pid)
+		require.NoError(t, err)
+		return pid
+	}
+	testsvc.Eventually(t, 10*time.Second, func() bool { return listener() != 0 }, "relay listening")
+	first := listener()
+
+	exec(t, pool, "SELECT pg_terminate_backend($1)", first)
+	// Written while the listener is down: no notification reaches the relay.
+	require.NoError(t, pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error { return w.Write(t.Context(), tx, msg("gap")) }))
+	testsvc.Eventually(t, 15*time.Second, func() bool { return pub.Count() == 1 }, "message written during the gap")
+	testsvc.Eventually(t, 10*time.Second, func() bool { p := listener(); return p != 0 && p != first }, "listening again")
+	require.NoError(t, pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error { return w.Write(t.Context(), tx, msg("after")) }))
+	testsvc.Eventually(t, 10*time.Second, func() bool { return pub.Count() == 2 }, "message after recovery")
+}
+
+// sqlCounter counts the statements a pool sends, except LISTEN.
+type sqlCounter struct{ n atomic.Int64 }
+
+func (c *sqlCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if !strings.HasPrefix(d.SQL, "LISTEN ") {
+		c.n.Add(1)
+	}
+	return ctx
+}
+func (c *sqlCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestIdleRelayCost counts every statement an idle relay sends to PostgreSQL
+// over two seconds: one claim per poll interval, with and without
+// notifications (the listener's LISTEN aside).
+func TestIdleRelayCost(t *testing.T) {
+	t.Parallel()
+	for _, notify := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Notify=%v", notify), func(t *testing.T) {
+			t.Parallel()
+			base, _, _ := testsvc.PostgresSchema(t)
+			counter := &sqlCounter{}
+			cfg := base.Config().Copy()
+			cfg.ConnConfig.Tracer = counter
+			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			s := newStore(t, pool, pgstore.WithTable(uniqueTable(t)), pgstore.WithNotify(notify))
+			_, err = s.Stats(t.Context()) // learn the table's columns first
+			require.NoError(t, err)
+
+			const poll, window = 200 * time.Millisecond, 2 * time.Second
+			r, err := outbox.NewRelay(s, outboxtest.NewPublisher(), outbox.WithPollInterval(poll))
+			require.NoError(t, err)
+			before := counter.n.Load()
+			startRelay(t, r)
+			// An observation window, not a wait for a condition.
+			<-time.After(window)
+			got := counter.n.Load() - before
+			t.Logf("%d statements in %v at a poll interval of %v", got, window, poll)
+			require.LessOrEqual(t, got, int64(window/poll)+1, "an idle relay costs at most one claim per poll interval")
+			require.GreaterOrEqual(t, got, int64(window/poll)/2, "the relay did not poll")
+		})
+	}
+}
+
+// claimCounter counts the claims that returned rows.
+type claimCounter struct {
+	outbox.Store
+	withRows atomic.Int64
+}
+
+func (c *claimCounter) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
+	cl, err := c.Store.Claim(ctx, p)
+	if err == nil && len(cl.Messages) > 0 {
+		c.withRows.Add(1)
+	}
+	return cl, err
+}
+
+// Listen passes the store's notifications through (the wrapper hides the interface otherwise).
+func (c *claimCounter) Listen(ctx context.Context, wake func()) error {
+	return c.Store.(outbox.Notifier).Listen(ctx, wake)
+}
+
+// heldPublisher holds the first Publish until released.
+type heldPublisher struct {
+	*outboxtest.Publisher
+	once     sync.Once
+	started  chan struct{}
+	released chan struct{}
+}
+
+func (p *heldPublisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	p.once.Do(func() {
+		close(p.started)
+		<-p.released
+	})
+	return p.Publisher.Publish(ctx, msgs)
+}
+
+// TestNotifyBurstIsOneClaim: while the relay is busy with a batch, fifty
+// transactions commit, each with its own notification. When the relay is
+// free again, one claim takes all fifty messages.
+func TestNotifyBurstIsOneClaim(t *testing.T) {
+	t.Parallel()
+	pool, _, _ := testsvc.PostgresSchema(t)
+	s := newStore(t, pool, pgstore.WithTable(uniqueTable(t)), pgstore.WithNotify(true))
+	w := outbox.NewWriter(s)
+	write := func(id string) error {
+		return pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error { return w.Write(t.Context(), tx, msg(id)) })
+	}
+	st := &claimCounter{Store: s}
+	pub := &heldPublisher{Publisher: outboxtest.NewPublisher(), started: make(chan struct{}), released: make(chan struct{})}
+	r, err := outbox.NewRelay(st, pub, outbox.WithPollInterval(time.Hour))
+	require.NoError(t, err)
+	startRelay(t, r)
+
+	require.NoError(t, write("first"))
+	select {
+	case <-pub.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first message was not published")
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for i := range 50 {
+		wg.Go(func() { errs <- write(fmt.Sprint(i)) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	close(pub.released)
+	testsvc.Eventually(t, 10*time.Second, func() bool { return pub.Count() == 51 }, "the burst published")
+	require.EqualValues(t, 2, st.withRows.Load(), "claims that found rows: the first message, then the whole burst")
+}

@@ -1,0 +1,297 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxkit/outbox"
+)
+
+// An ordered claim hands out only heads: rows with no earlier row of their
+// aggregate that is pending (or dead, when dead rows block). Finding heads by
+// walking the pending rows in id order and probing each one's aggregate is
+// cheap while heads are dense at the front of the backlog (many aggregates),
+// but when a few aggregates hold a deep backlog, a claim that finds fewer
+// heads than its limit walks the whole backlog, one probe per row: draining
+// becomes quadratic. So, when the table has the head index (created by
+// Migrate), an ordered claim runs in up to three statements:
+//
+//  1. the walk, bounded to a window of the first due pending rows, which also
+//     reports whether more due rows lie beyond the window;
+//  2. only when the window did not yield enough heads and more rows lie
+//     beyond it: a skip scan of the head index, one probe per aggregate,
+//     that hands out heads aggregate by aggregate from where the last one
+//     stopped (a round robin, so that no aggregate waits behind others);
+//  3. the same skip scan from the first aggregate up to that point, when (2)
+//     reached the last aggregate without enough heads.
+//
+// Every statement claims only rows that were heads in its snapshot and locks
+// them with SKIP LOCKED, exactly as the single walk did, so the guarantee is
+// unchanged; only the cost is: at most the window plus one probe per
+// aggregate visited. A table without the head index keeps the single,
+// unbounded walk.
+
+// headIndexSuffix names the index the skip scan reads: (aggregate_type,
+// aggregate_id, id) of pending and dead rows, in the "C" collation so that
+// the round-robin cursor compares the way Go compares strings.
+const headIndexSuffix = "_head_idx"
+
+// orderedWindow is how many due pending rows the walk looks at for a claim
+// of limit rows.
+func orderedWindow(limit int) int { return max(4*limit, 256) }
+
+// orderedQueries are the statements of ordered claims, for one dead policy.
+type orderedQueries struct {
+	walk      string // bounded walk; $1 limit, $2 lease µs, $3 window; returns the claimed columns plus "beyond"
+	headsFrom string // skip scan of aggregates after ($3, $4); $1 limit, $2 lease µs
+	headsUpTo string // skip scan of aggregates up to ($3, $4) inclusive
+}
+
+// orderedState is what a Store knows about its table for ordered claims.
+type orderedState struct {
+	headIndex bool
+	q         [2]orderedQueries // by blockOnDead: 0 = dead rows do not block, 1 = they do
+}
+
+// orderedCursor is where the skip scan stopped: the last aggregate it
+// claimed from. Shared by the relays of one Store.
+type orderedCursor struct {
+	set     bool
+	aggType string
+	aggID   string
+}
+
+// buildOrderedQueries builds the statements; async is the filter that turns
+// off synchronous commit for the statement (WithAsyncCommit), or "".
+func buildOrderedQueries(table string, q *queries, async string) [2]orderedQueries {
+	var out [2]orderedQueries
+	for i, blocking := range []string{"0", "0, 2"} {
+		update := fmt.Sprintf(`UPDATE %[1]s AS o
+SET retry_count = COALESCE(o.retry_count, 0) + 1,
+	next_retry_at = now() + $2::bigint * interval '1 microsecond',
+	updated_at = now()
+FROM c
+WHERE o.id = c.id
+RETURNING %[2]s`, table, q.columnList)
+		out[i].walk = fmt.Sprintf(`WITH win AS (
+	SELECT w.id FROM %[1]s AS w
+	WHERE w.status = 0 AND (w.next_retry_at IS NULL OR w.next_retry_at <= now())
+	ORDER BY w.id
+	LIMIT $3::bigint + 1
+), c AS (
+	SELECT o.id FROM %[1]s AS o
+	WHERE o.id IN (SELECT id FROM win ORDER BY id LIMIT $3)
+	  AND o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
+	  AND NOT EXISTS (SELECT 1 FROM %[1]s AS p
+		WHERE p.aggregate_type COLLATE "C" = o.aggregate_type AND p.aggregate_id COLLATE "C" = o.aggregate_id
+		  AND p.id < o.id AND p.status IN (%[2]s))%[4]s
+	ORDER BY o.id
+	LIMIT $1
+	FOR UPDATE OF o SKIP LOCKED
+), u AS (
+%[3]s
+)
+SELECT u.*, b.beyond FROM (SELECT count(*) > $3 AS beyond FROM win) AS b LEFT JOIN u ON true`,
+			table, blocking, indent(update), async)
+
+		// heads walks the head index one aggregate at a time: each step
+		// finds the first pending or dead row of the next aggregate, which is
+		// its head (for DeadSkips, the first pending row).
+		heads := func(first, next string) string {
+			return fmt.Sprintf(`WITH RECURSIVE heads AS (
+	(SELECT h.aggregate_type, h.aggregate_id, h.id, h.status FROM %[1]s AS h
+	 WHERE h.status IN (%[2]s) AND %[3]s
+	 ORDER BY h.aggregate_type COLLATE "C", h.aggregate_id COLLATE "C", h.id
+	 LIMIT 1)
+	UNION ALL
+	SELECT n.aggregate_type, n.aggregate_id, n.id, n.status FROM heads, LATERAL (
+		SELECT h.aggregate_type, h.aggregate_id, h.id, h.status FROM %[1]s AS h
+		WHERE h.status IN (%[2]s)
+		  AND (h.aggregate_type COLLATE "C", h.aggregate_id COLLATE "C") > (heads.aggregate_type, heads.aggregate_id)%[4]s
+		ORDER BY h.aggregate_type COLLATE "C", h.aggregate_id COLLATE "C", h.id
+		LIMIT 1) AS n
+), c AS (
+	SELECT o.id FROM heads JOIN %[1]s AS o ON o.id = heads.id
+	WHERE heads.status = 0 AND o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())%[6]s
+	LIMIT $1
+	FOR UPDATE OF o SKIP LOCKED
+)
+%[5]s`, table, blocking, first, next, update, async)
+		}
+		const key = `(h.aggregate_type COLLATE "C", h.aggregate_id COLLATE "C")`
+		out[i].headsFrom = heads(key+" > ($3::text, $4::text)", "")
+		out[i].headsUpTo = heads(key+" <= ($3::text, $4::text)", "\n\t\t  AND "+key+" <= ($3::text, $4::text)")
+	}
+	// out[0] is "0" (DeadSkips), out[1] is "0, 2" (DeadBlocks).
+	return out
+}
+
+func indent(s string) string { return "\t" + strings.ReplaceAll(s, "\n", "\n\t") }
+
+// headIndexSQL tells whether the table has the head index, by name.
+const headIndexSQL = `SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+	WHERE i.indrelid = to_regclass($1) AND c.relname = $2)`
+
+// orderedFor returns what the Store knows about ordered claims on its table,
+// finding out on first use.
+func (s *Store) orderedFor(ctx context.Context, q *queries) (*orderedState, error) {
+	s.mu.Lock()
+	st := s.ordered
+	s.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	parts, _ := splitTable(s.cfg.table) // validated by New
+	var ok bool
+	if err := s.pool.QueryRow(ctx, headIndexSQL, s.ident, shorten(parts[len(parts)-1], headIndexSuffix, 63)).
+		Scan(&ok); err != nil {
+		return nil, fmt.Errorf("pgstore: claim: look for the head index: %w", err)
+	}
+	async := ""
+	if s.cfg.asyncCommit {
+		async = asyncCommitFilter
+	}
+	st = &orderedState{headIndex: ok, q: buildOrderedQueries(s.ident, q, async)}
+	s.mu.Lock()
+	s.ordered = st
+	s.mu.Unlock()
+	return st, nil
+}
+
+// claimOrdered claims heads only (see the comment at the top of this file).
+func (s *Store) claimOrdered(ctx context.Context, q *queries, p outbox.ClaimParams) (*outbox.Claim, error) {
+	st, err := s.orderedFor(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	lease := p.Lease.Microseconds()
+	claim := &outbox.Claim{}
+	if !st.headIndex {
+		mode := claimOrdered
+		if p.BlockOnDead {
+			mode = claimOrderedBlockOnDead
+		}
+		if _, err := s.claimInto(ctx, claim, q, q.claim[mode], false, p.Limit, lease); err != nil {
+			return nil, err
+		}
+		sortClaim(claim)
+		return claim, nil
+	}
+
+	oq := st.q[0]
+	if p.BlockOnDead {
+		oq = st.q[1]
+	}
+	beyond, err := s.claimInto(ctx, claim, q, oq.walk, true, p.Limit, lease, orderedWindow(p.Limit))
+	if err != nil {
+		return nil, err
+	}
+	if n := claimed(claim); n < p.Limit && beyond {
+		s.mu.Lock()
+		cur := s.cursor
+		s.mu.Unlock()
+		from := &outbox.Claim{}
+		if _, err := s.claimInto(ctx, from, q, oq.headsFrom, false, p.Limit-n, lease, cur.aggType, cur.aggID); err != nil {
+			return nil, err
+		}
+		upTo := &outbox.Claim{}
+		if m := claimed(from); n+m < p.Limit && cur.set {
+			if _, err := s.claimInto(ctx, upTo, q, oq.headsUpTo, false, p.Limit-n-m, lease,
+				cur.aggType, cur.aggID); err != nil {
+				return nil, err
+			}
+		}
+		// The round robin goes on after the last aggregate the skip scan
+		// claimed from, in its last pass.
+		last := upTo
+		if claimed(upTo) == 0 {
+			last = from
+		}
+		if next, ok := lastAggregate(last); ok {
+			s.mu.Lock()
+			s.cursor = next
+			s.mu.Unlock()
+		}
+		for _, c := range []*outbox.Claim{from, upTo} {
+			claim.Messages = append(claim.Messages, c.Messages...)
+			claim.Malformed = append(claim.Malformed, c.Malformed...)
+		}
+	}
+	sortClaim(claim)
+	return claim, nil
+}
+
+func claimed(c *outbox.Claim) int { return len(c.Messages) + len(c.Malformed) }
+
+// lastAggregate returns the greatest aggregate of a claim in byte order (the
+// head index's "C" collation), as the next cursor.
+func lastAggregate(c *outbox.Claim) (orderedCursor, bool) {
+	var cur orderedCursor
+	consider := func(m *outbox.Message) {
+		if !cur.set || cmp.Or(strings.Compare(m.AggregateType, cur.aggType), strings.Compare(m.AggregateID, cur.aggID)) > 0 {
+			cur = orderedCursor{set: true, aggType: m.AggregateType, aggID: m.AggregateID}
+		}
+	}
+	for _, m := range c.Messages {
+		consider(m)
+	}
+	for _, bad := range c.Malformed {
+		consider(bad.Message)
+	}
+	return cur, cur.set
+}
+
+// claimInto runs a claim statement and adds its rows to claim. With
+// withBeyond, every result row ends with a boolean (the walk's "beyond"),
+// and a row whose id is NULL carries only that flag; claimInto returns it.
+func (s *Store) claimInto(ctx context.Context, claim *outbox.Claim, q *queries, sql string, withBeyond bool,
+	args ...any) (bool, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return false, fmt.Errorf("pgstore: claim: %w", err)
+	}
+	defer rows.Close()
+	var r claimedRow
+	dest := r.dest(q)
+	var id pgtype.Int8
+	var attempt pgtype.Int4
+	var beyond bool
+	if withBeyond { // the flag row has NULL in every claimed column
+		dest[0], dest[1] = &id, &attempt
+		dest = append(dest, &beyond)
+	}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return false, fmt.Errorf("pgstore: claim: read row: %w", err)
+		}
+		if withBeyond {
+			if !id.Valid {
+				continue // no row claimed: only the flag
+			}
+			r.id, r.attempt = id.Int64, attempt.Int32
+		}
+		m, err := r.message()
+		if err != nil {
+			claim.Malformed = append(claim.Malformed, outbox.MalformedRow{Message: m, Err: err})
+			continue
+		}
+		claim.Messages = append(claim.Messages, m)
+	}
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("pgstore: claim: %w", err)
+	}
+	return beyond, nil
+}
+
+// sortClaim puts a claim's rows in id order.
+func sortClaim(c *outbox.Claim) {
+	slices.SortFunc(c.Messages, func(a, b *outbox.Message) int { return cmp.Compare(a.RowID, b.RowID) })
+	slices.SortFunc(c.Malformed, func(a, b outbox.MalformedRow) int {
+		return cmp.Compare(a.Message.RowID, b.Message.RowID)
+	})
+}
