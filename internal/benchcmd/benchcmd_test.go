@@ -207,9 +207,9 @@ func TestTextbookRelay(t *testing.T) {
 	rec := &sizes{Publisher: pub}
 	stop := start(t.Context(), []runner{&textbook{db: db, pub: rec}})
 	begin := time.Now()
-	testsvc.Eventually(t, 5*time.Second, func() bool { n, _ := br.stored(t.Context()); return n >= 100 }, "first poll")
+	testsvc.Eventually(t, 30*time.Second, func() bool { n, _ := br.stored(t.Context()); return n >= 100 }, "first poll")
 	firstPoll := time.Since(begin)
-	testsvc.Eventually(t, 10*time.Second, func() bool { n, _ := br.stored(t.Context()); return n == 150 }, "all sent")
+	testsvc.Eventually(t, 60*time.Second, func() bool { n, _ := br.stored(t.Context()); return n == 150 }, "all sent")
 	require.NoError(t, stop())
 	require.GreaterOrEqual(t, time.Since(begin), textbookInterval, "two polls of 100 and 50 take a pause")
 	t.Logf("first poll done after %v", firstPoll)
