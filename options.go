@@ -138,10 +138,12 @@ func WithMinPollInterval(d time.Duration) RelayOption {
 
 // WithMaxInFlight sets how many claimed batches the relay may have at the
 // broker at once (pipelining). With n > 1 the relay claims the next batch
-// while earlier ones are being published, and acknowledges batches in the
-// order it claimed them, each one fenced by its own claim as always; so up to
-// n × batch size messages are held in memory and in flight, and a graceful
-// stop finishes all of them. Per-aggregate ordering ([WithOrdering]) holds
+// while earlier ones are being published, and settles (acknowledges,
+// reschedules, kills) each batch as soon as the broker has answered for it,
+// so a batch that waits for its publish timeout holds up no other; each is
+// fenced by its own claim as always. Up to n × batch size messages are held
+// in memory and in flight, a graceful stop finishes all of them, and up to n
+// store calls of settling batches run at once, besides the claim. Per-aggregate ordering ([WithOrdering]) holds
 // with any n, because a claim never hands out a message whose predecessor is
 // still unacknowledged. It must be between 1 and 64. While the destination
 // is down the relay probes with one batch at a time whatever n is.

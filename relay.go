@@ -42,6 +42,9 @@ type Relay struct {
 	hBatch []HookBatch
 	hMsg   []HookMessage
 	hDest  []HookDestination
+	// hookMu makes the hooks see one call at a time, also while several
+	// batches settle at once.
+	hookMu sync.Mutex
 }
 
 // NewRelay returns a relay from store to pub. It returns an error naming every
@@ -118,18 +121,17 @@ func (r *Relay) Run(ctx context.Context) error {
 		slog.Int("max_in_flight", r.cfg.maxInFlight))
 	defer r.log.Info("relay stopped")
 
-	p := r.newPipeline(ctx)
+	p := r.newPipeline()
 	defer p.close()
 	p.loop(ctx)
 	return nil
 }
 
-// pipeline is one Run: the claim loop (on Run's goroutine) and the acker,
-// which settles published batches in the order they were claimed.
+// pipeline is one Run: the claim loop, on Run's goroutine, and a goroutine
+// per batch in flight that publishes the batch and settles it.
 type pipeline struct {
 	r        *Relay
-	queue    chan *batch  // claimed batches, in claim order, to the acker
-	outcomes chan outcome // settled batches, in claim order, from the acker
+	outcomes chan outcome // settled batches, in the order they settled
 	inFlight int          // batches claimed and not yet settled
 	wg       sync.WaitGroup
 
@@ -148,30 +150,20 @@ type outcome struct {
 	err         error // a store error that cut the cycle short
 }
 
-func (r *Relay) newPipeline(ctx context.Context) *pipeline {
-	p := &pipeline{
+func (r *Relay) newPipeline() *pipeline {
+	return &pipeline{
 		r:         r,
-		queue:     make(chan *batch, r.cfg.maxInFlight),
 		outcomes:  make(chan outcome, r.cfg.maxInFlight),
 		probe:     r.cfg.probeInterval,
 		storeWait: r.cfg.pollInterval,
 		delay:     r.cfg.pollInterval, // start as an idle relay
 		minPoll:   min(r.cfg.minPollInterval, r.cfg.pollInterval),
 	}
-	p.wg.Go(func() {
-		for b := range p.queue {
-			<-b.published
-			ev, unavailable, err := r.settle(ctx, b)
-			p.outcomes <- outcome{ev: ev, unavailable: unavailable, err: err}
-		}
-	})
-	return p
 }
 
-// close lets the acker settle every batch still in flight, waits for it,
+// close waits for every batch still in flight to be published and settled,
 // and logs the store errors of those last batches.
 func (p *pipeline) close() {
-	close(p.queue)
 	p.wg.Wait()
 	close(p.outcomes)
 	for o := range p.outcomes {
@@ -190,7 +182,7 @@ func (p *pipeline) loop(ctx context.Context) {
 			p.probeDestination(ctx)
 			continue
 		}
-		// Wait for a free slot, taking in what the acker settled meanwhile.
+		// Wait for a free slot, taking in the batches that settled meanwhile.
 		if !p.collect(ctx, p.inFlight >= r.cfg.maxInFlight) {
 			return
 		}
@@ -216,7 +208,7 @@ func (p *pipeline) loop(ctx context.Context) {
 			p.idle(ctx, wait)
 			continue
 		}
-		p.dispatch(b)
+		p.dispatch(ctx, b)
 		p.delay = p.minPoll
 		if b.ev.Claimed < r.cfg.batchSize {
 			r.sleep(ctx, p.minPoll)
@@ -244,15 +236,18 @@ func (p *pipeline) idle(ctx context.Context, d time.Duration) {
 	}
 }
 
-// dispatch starts publishing b and hands it to the acker.
-func (p *pipeline) dispatch(b *batch) {
+// dispatch publishes and settles b on a goroutine of its own. Batches settle
+// as soon as the broker has answered for them, so one that waits for its
+// publish timeout does not hold up the acknowledgement of later ones.
+func (p *pipeline) dispatch(ctx context.Context, b *batch) {
 	p.inFlight++
-	if len(b.send) == 0 {
-		close(b.published)
-	} else {
-		p.wg.Go(func() { p.r.publish(b) })
-	}
-	p.queue <- b // never blocks: the queue holds maxInFlight batches
+	p.wg.Go(func() {
+		if len(b.send) > 0 {
+			p.r.publish(ctx, b)
+		}
+		ev, unavailable, err := p.r.settle(ctx, b)
+		p.outcomes <- outcome{ev: ev, unavailable: unavailable, err: err} // never blocks: room for maxInFlight
+	})
 }
 
 // collect takes in the outcomes of settled batches; when block is set it
@@ -310,9 +305,7 @@ func (p *pipeline) destinationDown(ctx context.Context, err error) {
 		p.down = true
 		r.log.LogAttrs(ctx, slog.LevelWarn, "destination unavailable, pausing",
 			slog.String(attrError, err.Error()), slog.Duration(attrDelay, p.probe))
-		for _, h := range r.hDest {
-			h.OnDestination(false, err)
-		}
+		r.destination(false, err)
 	}
 }
 
@@ -352,9 +345,7 @@ func (p *pipeline) probeDestination(ctx context.Context) {
 	case ev.Claimed > 0:
 		p.down, p.probe, p.storeWait, p.delay = false, r.cfg.probeInterval, r.cfg.pollInterval, p.minPoll
 		r.log.Info("destination available again")
-		for _, h := range r.hDest {
-			h.OnDestination(true, nil)
-		}
+		r.destination(true, nil)
 	default: // nothing to send: wait like an idle relay, still down
 		r.sleep(ctx, r.cfg.pollInterval)
 	}
@@ -384,21 +375,19 @@ func (r *Relay) step(ctx context.Context, limit int) (ev BatchEvent, unavailable
 		return ev, nil, nil
 	}
 	if len(b.send) > 0 {
-		r.publish(b)
+		r.publish(ctx, b)
 	}
 	return r.settle(ctx, b)
 }
 
 // batch is a claimed batch on its way through the relay.
 type batch struct {
-	ev        BatchEvent // Claimed so far
-	start     time.Time
-	ctx       context.Context // the claim's context without its cancellation: the rows are ours now
-	send      []*Message
-	dead      []Dead
-	deadErrs  []error
-	errs      []error       // the publisher's results for send, once published is closed
-	published chan struct{} // closed when errs is set
+	ev       BatchEvent // Claimed so far
+	start    time.Time
+	send     []*Message
+	dead     []Dead
+	deadErrs []error
+	errs     []error // the publisher's results for send
 }
 
 // claim claims up to limit rows and sorts them into those to send and those
@@ -422,11 +411,9 @@ func (r *Relay) claim(ctx context.Context, limit int) (*batch, error) {
 		return nil, nil
 	}
 	b := &batch{
-		ev:        BatchEvent{Claimed: claimed},
-		start:     start,
-		ctx:       context.WithoutCancel(ctx),
-		send:      make([]*Message, 0, len(claim.Messages)),
-		published: make(chan struct{}),
+		ev:    BatchEvent{Claimed: claimed},
+		start: start,
+		send:  make([]*Message, 0, len(claim.Messages)),
 	}
 	for _, bad := range claim.Malformed {
 		b.kill(bad.Message, fmt.Errorf("malformed row: %w", bad.Err))
@@ -452,10 +439,10 @@ func (b *batch) kill(m *Message, reason error) {
 	b.deadErrs = append(b.deadErrs, reason)
 }
 
-// publish sends b's messages within the publish timeout and closes b.published.
-func (r *Relay) publish(b *batch) {
-	defer close(b.published)
-	pctx, cancel := context.WithTimeout(b.ctx, r.cfg.publishTimeout)
+// publish sends b's messages within the publish timeout and sets b.errs.
+// The rows are claimed: a cancelled ctx does not stop the publish.
+func (r *Relay) publish(ctx context.Context, b *batch) {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.publishTimeout)
 	defer cancel()
 	errs := r.pub.Publish(pctx, b.send)
 	if len(errs) != len(b.send) {
@@ -469,7 +456,7 @@ func (r *Relay) publish(b *batch) {
 // whole batch found the destination unavailable, and a store error.
 func (r *Relay) settle(ctx context.Context, b *batch) (ev BatchEvent, unavailable error, err error) {
 	ev = b.ev
-	bctx := b.ctx
+	bctx := context.WithoutCancel(ctx) // the rows are ours: see them through even if shutdown began
 	errs := b.errs
 	down := r.destinationDown(bctx, errs)
 	if down != nil && wholeBatchUnavailable(errs) != nil {
@@ -618,8 +605,21 @@ func (r *Relay) report(ctx context.Context, decided time.Time, sent []*Message, 
 }
 
 func (r *Relay) message(ev MessageEvent) {
+	if len(r.hMsg) == 0 {
+		return
+	}
+	r.hookMu.Lock()
+	defer r.hookMu.Unlock()
 	for _, h := range r.hMsg {
 		h.OnMessage(ev)
+	}
+}
+
+func (r *Relay) destination(up bool, err error) {
+	r.hookMu.Lock()
+	defer r.hookMu.Unlock()
+	for _, h := range r.hDest {
+		h.OnDestination(up, err)
 	}
 }
 
@@ -634,6 +634,8 @@ func (r *Relay) batchDone(ev BatchEvent, start time.Time) {
 		r.log.LogAttrs(context.Background(), slog.LevelWarn, "lease lost before ack, another relay owns the rows",
 			slog.Int(attrCount, ev.Fenced))
 	}
+	r.hookMu.Lock()
+	defer r.hookMu.Unlock()
 	for _, h := range r.hBatch {
 		h.OnBatch(ev)
 	}
