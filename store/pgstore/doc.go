@@ -55,6 +55,17 @@
 // could not report a count that is durable while Reschedule and Kill of the
 // same batch are still to come. BenchmarkClaimAck measures both shapes.
 //
+// With [WithBatchLease] a claim writes one row per batch, in a side table,
+// instead of one UPDATE per claimed row: the claimed rows are only read, and
+// their attempt reaches retry_count when the batch is settled, or, if its
+// relay died, when the next claim finds the lease expired. It costs
+// PostgreSQL about half as much per message when sent rows are kept and a
+// third when they are deleted; every relay on the table must use it. With
+// [WithAsyncCommit] the relay's statements commit without waiting for the
+// disk (synchronous_commit = off for their transaction only), which makes
+// small batches several times faster; a database crash can then cost a
+// duplicate or an uncounted attempt, never a message.
+//
 // Ordered claims (outbox.WithOrdering) hand out a row only when no earlier
 // row of its aggregate (aggregate_type, aggregate_id) is pending, or dead
 // with BlockOnDead. "Earlier" is id order, and ids are assigned when a row
@@ -70,7 +81,13 @@
 //
 // With [WithNotify], writes send a NOTIFY that commits with them and
 // [Store.Listen] wakes the relay, so a message goes out within milliseconds
-// rather than at the next poll.
+// rather than at the next poll; the relay coalesces the wake-ups of a burst
+// into one claim and polls while the listener is down. PostgreSQL commits
+// notifying transactions one at a time, so a busy writer should coalesce its
+// notifications with [WithNotifyInterval] (at most one notifying transaction
+// per interval; the relay's adaptive polling finds the rest). Writers that do
+// not use this package get notifications from a statement-level trigger that
+// [Store.Migrate] installs with [WithNotifyTrigger].
 //
 // # Operations
 //

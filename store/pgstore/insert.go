@@ -33,11 +33,11 @@ func (s *Store) InsertTx(ctx context.Context, tx pgx.Tx, msgs []*outbox.Message)
 	if err != nil {
 		return err
 	}
-	args, err := s.insertArgs(msgs)
+	sql, args, err := s.insertStatement(q, msgs)
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, q.insert, args...)
+	_, err = tx.Exec(ctx, sql, args...)
 	return insertError(len(msgs), err)
 }
 
@@ -62,11 +62,11 @@ func (i sqlInserter) InsertTx(ctx context.Context, tx *sql.Tx, msgs []*outbox.Me
 	if err != nil {
 		return err
 	}
-	args, err := i.s.insertArgs(msgs)
+	sql, args, err := i.s.insertStatement(q, msgs)
 	if err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, q.insert, args...)
+	_, err = tx.ExecContext(ctx, sql, args...)
 	return insertError(len(msgs), err)
 }
 
@@ -92,11 +92,20 @@ func (s *Store) insertArgs(msgs []*outbox.Message) ([]any, error) {
 			headers[i] = pgtype.Text{String: string(b), Valid: true}
 		}
 	}
-	args := []any{ids, aggTypes, aggIDs, events, payloads, headers, topics, keys}
-	if ch := s.insertChannel(); ch != "" {
-		args = append(args, ch)
+	return []any{ids, aggTypes, aggIDs, events, payloads, headers, topics, keys}, nil
+}
+
+// insertStatement returns the insert statement for msgs and its arguments:
+// with a NOTIFY when this write is to send one.
+func (s *Store) insertStatement(q *queries, msgs []*outbox.Message) (string, []any, error) {
+	args, err := s.insertArgs(msgs)
+	if err != nil {
+		return "", nil, err
 	}
-	return args, nil
+	if ch := s.insertChannel(); ch != "" {
+		return q.insertNotify, append(args, ch), nil
+	}
+	return q.insert, args, nil
 }
 
 // insertError translates the error of an insert statement.

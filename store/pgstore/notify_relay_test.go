@@ -231,7 +231,8 @@ func TestRelayListenerRecovers(t *testing.T) {
 	testsvc.Eventually(t, 10*time.Second, func() bool { return pub.Count() == 2 }, "message after recovery")
 }
 
-// sqlCounter counts the statements a pool sends, except LISTEN.
+// sqlCounter counts the round trips a pool makes: each statement sent on its
+// own (except LISTEN), and each batch of statements sent at once.
 type sqlCounter struct{ n atomic.Int64 }
 
 func (c *sqlCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
@@ -241,14 +242,25 @@ func (c *sqlCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Tra
 	return ctx
 }
 func (c *sqlCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *sqlCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *sqlCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *sqlCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
-// TestIdleRelayCost counts every statement an idle relay sends to PostgreSQL
-// over two seconds: one claim per poll interval, with and without
-// notifications (the listener's LISTEN aside).
+// TestIdleRelayCost counts every round trip an idle relay makes to
+// PostgreSQL over two seconds: one claim per poll interval, with and without
+// notifications (the listener's LISTEN aside) and with batch leases (whose
+// claim is one round trip of a few statements).
 func TestIdleRelayCost(t *testing.T) {
 	t.Parallel()
-	for _, notify := range []bool{false, true} {
-		t.Run(fmt.Sprintf("Notify=%v", notify), func(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		notify, lease bool
+	}{{"Polling", false, false}, {"Notify", true, false}, {"NotifyBatchLease", true, true}} {
+		notify := tc.notify
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			base, _, _ := testsvc.PostgresSchema(t)
 			counter := &sqlCounter{}
@@ -257,7 +269,8 @@ func TestIdleRelayCost(t *testing.T) {
 			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 			require.NoError(t, err)
 			t.Cleanup(pool.Close)
-			s := newStore(t, pool, pgstore.WithTable(uniqueTable(t)), pgstore.WithNotify(notify))
+			s := newStore(t, pool, pgstore.WithTable(uniqueTable(t)), pgstore.WithNotify(notify),
+				pgstore.WithBatchLease(tc.lease))
 			_, err = s.Stats(t.Context()) // learn the table's columns first
 			require.NoError(t, err)
 
@@ -269,7 +282,7 @@ func TestIdleRelayCost(t *testing.T) {
 			// An observation window, not a wait for a condition.
 			<-time.After(window)
 			got := counter.n.Load() - before
-			t.Logf("%d statements in %v at a poll interval of %v", got, window, poll)
+			t.Logf("%d round trips in %v at a poll interval of %v", got, window, poll)
 			require.LessOrEqual(t, got, int64(window/poll)+1, "an idle relay costs at most one claim per poll interval")
 			require.GreaterOrEqual(t, got, int64(window/poll)/2, "the relay did not poll")
 		})
@@ -347,4 +360,31 @@ func TestNotifyBurstIsOneClaim(t *testing.T) {
 	close(pub.released)
 	testsvc.Eventually(t, 10*time.Second, func() bool { return pub.Count() == 51 }, "the burst published")
 	require.EqualValues(t, 2, st.withRows.Load(), "claims that found rows: the first message, then the whole burst")
+}
+
+// TestNotifyInterval counts the notifications of six write transactions: one
+// each without an interval, one in all with an interval longer than the test.
+func TestNotifyInterval(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		interval time.Duration
+		want     int
+	}{{"EveryWrite", 0, 6}, {"Coalesced", time.Hour, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool, _, _ := testsvc.PostgresSchema(t)
+			table := uniqueTable(t)
+			s := newStore(t, pool, pgstore.WithTable(table), pgstore.WithNotify(true), pgstore.WithNotifyInterval(tc.interval))
+			ln := listenTo(t, pool, table)
+			w := outbox.NewWriter(s)
+			for i := range 6 {
+				require.NoError(t, pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+					return w.Write(t.Context(), tx, msg(fmt.Sprint(i)))
+				}))
+			}
+			require.Equal(t, tc.want, ln.countUntilEnd(t, pool))
+			require.Equal(t, 6, count(t, pool, "SELECT count(*) FROM "+table))
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -12,11 +13,19 @@ import (
 // (trigger names are per table, so one name serves every table).
 const notifyTriggerName = "outbox_notify"
 
-// insertChannel is the channel the Store's own insert statement notifies:
-// none when notifications are off, or when the table's trigger sends them.
+// insertChannel is the channel the Store's next insert statement notifies:
+// none when notifications are off, when the table's trigger sends them, or
+// when another write notified less than WithNotifyInterval ago.
 func (s *Store) insertChannel() string {
 	if !s.cfg.notify || s.cfg.notifyTrigger {
 		return ""
+	}
+	if s.cfg.notifyEvery > 0 {
+		now := time.Now().UnixNano()
+		next := s.nextNotify.Load()
+		if now < next || !s.nextNotify.CompareAndSwap(next, now+int64(s.cfg.notifyEvery)) {
+			return ""
+		}
 	}
 	return s.channel
 }

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -45,6 +47,8 @@ type Store struct {
 	cfg     config
 	ident   string // the table, quoted for SQL
 	channel string // NOTIFY channel, "" when notifications are off
+	// nextNotify is when (Unix ns) the next write may notify, with WithNotifyInterval.
+	nextNotify atomic.Int64
 
 	mu      sync.Mutex
 	q       *queries      // built from the table's columns on first use
@@ -56,9 +60,10 @@ type Store struct {
 type config struct {
 	table         string // as given, validated
 	notify        bool
-	notifyTrigger bool // Migrate installs a NOTIFY trigger; Listen listens (notifytrigger.go)
-	asyncCommit   bool // the relay's statements commit with synchronous_commit = off
-	batchLease    bool // claims lease a batch with one row of a side table (batchlease.go)
+	notifyTrigger bool          // Migrate installs a NOTIFY trigger; Listen listens (notifytrigger.go)
+	notifyEvery   time.Duration // at most one notifying write per this long; 0: every write
+	asyncCommit   bool          // the relay's statements commit with synchronous_commit = off
+	batchLease    bool          // claims lease a batch with one row of a side table (batchlease.go)
 }
 
 // Option configures a [Store].
@@ -81,6 +86,21 @@ func WithTable(name string) Option { return func(c *config) { c.table = name } }
 // under heavy concurrency; measure before enabling it on a hot table.
 // Default: off.
 func WithNotify(on bool) Option { return func(c *config) { c.notify = on } }
+
+// WithNotifyInterval coalesces the notifications of [WithNotify] on the write
+// side: of the transactions this Store writes in, at most one per d sends a
+// NOTIFY; the others count on it, or on the relay's adaptive polling, which
+// looks again within its minimum poll interval while it finds rows. This
+// matters for write throughput: PostgreSQL commits notifying transactions
+// one at a time (here, 32 concurrent writers of one-message transactions
+// committed 1,660 a second without NOTIFY and 360 with a NOTIFY in each), and
+// with d of a few milliseconds a busy service sends a few hundred
+// notifications a second instead of one per transaction. What it costs: a
+// message written in the interval after a notifying transaction that then
+// rolled back waits for the next notification or poll. It is safe for
+// concurrent use across the Store's callers. Default: 0 (every transaction
+// that writes notifies).
+func WithNotifyInterval(d time.Duration) Option { return func(c *config) { c.notifyEvery = d } }
 
 // WithNotifyTrigger makes [Store.Migrate] install a statement-level AFTER
 // INSERT trigger on the table that sends the same NOTIFY as [WithNotify], so
@@ -109,11 +129,12 @@ func WithNotifyTrigger(on bool) Option { return func(c *config) { c.notifyTrigge
 // out and the next claim counts the attempt of every row still in it before
 // the rows can be claimed again, so a message that crashes the relay still
 // reaches max attempts, and a relay that comes back late is fenced out as
-// with row leases. Every relay on a table must use the same setting: a relay
-// without it does not see batch leases and could publish a leased row a
-// second time. Default: off (row leases: claimed rows hold the lease in
-// next_retry_at and the attempt in retry_count, as the table contract
-// describes).
+// with row leases. Ordered claims with batch leases use the plain walk of
+// the backlog for aggregate heads. Every relay on a table must use the same
+// setting: a relay without it does not see batch leases and could publish a
+// leased row a second time. Default: off (row leases: claimed rows hold the
+// lease in next_retry_at and the attempt in retry_count, as the table
+// contract describes).
 func WithBatchLease(on bool) Option { return func(c *config) { c.batchLease = on } }
 
 // WithAsyncCommit makes the relay's own statements (Claim, Ack, Reschedule
@@ -214,8 +235,7 @@ func (s *Store) queriesFor(ctx context.Context, run rowQuerier) (*queries, error
 	if err != nil {
 		return nil, err
 	}
-	q, err = buildQueries(s.ident, cols, buildOptions{insertNotify: s.insertChannel(), asyncCommit: s.cfg.asyncCommit,
-		leaseTable: s.leaseTable()})
+	q, err = buildQueries(s.ident, cols, buildOptions{asyncCommit: s.cfg.asyncCommit, leaseTable: s.leaseTable()})
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: table %s: %w", s.cfg.table, err)
 	}

@@ -17,16 +17,17 @@ var contractColumns = []string{
 type queries struct {
 	headers, topic, partitionKey, lastError bool
 
-	columnList  string        // the columns a claimedRow scans, of the table aliased o
-	dataColumns string        // columnList without id and the attempt
-	lease       *leaseQueries // WithBatchLease's statements (batchlease.go), nil without it
-	insert      string
-	claim       [3]string // unordered, ordered, ordered with dead rows blocking
-	ack         string
-	del         string
-	reschedule  string
-	kill        string
-	stats       string
+	columnList   string        // the columns a claimedRow scans, of the table aliased o
+	dataColumns  string        // columnList without id and the attempt
+	lease        *leaseQueries // WithBatchLease's statements (batchlease.go), nil without it
+	insert       string        // $1..$8 the columns as arrays
+	insertNotify string        // insert, and NOTIFY channel $9 when the transaction commits
+	claim        [3]string     // unordered, ordered, ordered with dead rows blocking
+	ack          string
+	del          string
+	reschedule   string
+	kill         string
+	stats        string
 }
 
 const (
@@ -48,9 +49,8 @@ func jsonCast(col, typ string) (string, error) {
 
 // buildOptions are the Store's settings that shape its statements.
 type buildOptions struct {
-	insertNotify string // channel the insert statement notifies, "" for none
-	asyncCommit  bool   // relay statements set synchronous_commit = off for their transaction
-	leaseTable   string // the batch lease table, quoted, with WithBatchLease; "" otherwise
+	asyncCommit bool   // relay statements set synchronous_commit = off for their transaction
+	leaseTable  string // the batch lease table, quoted, with WithBatchLease; "" otherwise
 }
 
 // asyncCommitFilter is a one-time filter (an InitPlan, evaluated once per
@@ -59,7 +59,6 @@ type buildOptions struct {
 const asyncCommitFilter = "\n\tAND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL"
 
 func buildQueries(table string, cols map[string]string, opt buildOptions) (*queries, error) {
-	channel := opt.insertNotify
 	async := ""
 	if opt.asyncCommit {
 		async = asyncCommitFilter
@@ -107,9 +106,7 @@ SELECT %s
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
 	WITH ORDINALITY AS m(message_id, aggregate_type, aggregate_id, event_type, payload, headers, topic, partition_key, ord)
 ORDER BY m.ord`, table, strings.Join(names, ", "), strings.Join(exprs, ", "))
-	if channel != "" {
-		q.insert = "WITH ins AS (" + q.insert + ") SELECT pg_notify($9, '')"
-	}
+	q.insertNotify = "WITH ins AS (" + q.insert + ") SELECT pg_notify($9, '')"
 
 	// Claim: lock due rows without waiting for other relays' locks, count the
 	// attempt and lease them, all in one statement (one implicit transaction).
