@@ -22,7 +22,6 @@ const (
 	DefaultRows         = 100_000
 	DefaultRate         = 1_000
 	DefaultDuration     = 10 * time.Second
-	DefaultWriters      = 8
 	DefaultBaselineTime = 20 * time.Second
 	DefaultRelays       = 1
 	// DefaultBatchSize and DefaultMaxInFlight are the relay settings the
@@ -31,6 +30,11 @@ const (
 	// throughput. Pass the library's defaults to measure those instead.
 	DefaultBatchSize   = 1000
 	DefaultMaxInFlight = 4
+	// DefaultNotifyInterval is how often, at most, the latency test's writers
+	// send a NOTIFY (pgstore.WithNotifyInterval): PostgreSQL commits
+	// notifying transactions one at a time, which at one NOTIFY per
+	// transaction caps the writers far below 1,000 transactions a second.
+	DefaultNotifyInterval = 5 * time.Millisecond
 	// DefaultPollInterval is the relay's poll interval in the bench; with
 	// notifications (PostgreSQL) or adaptive polling it is only the idle rate.
 	DefaultPollInterval = time.Second
@@ -59,7 +63,8 @@ type Config struct {
 	// Duration is how long the latency test offers that rate. Default: DefaultDuration.
 	Duration time.Duration
 	// Writers is how many transactions the latency test may have open at
-	// once to keep up the rate. Default: DefaultWriters.
+	// once to keep up the rate. Default: Rate/30, at least 8 and at most 32
+	// (32 for the default rate): one-message transactions wait for the disk.
 	Writers int
 
 	// SkipBaseline skips the textbook relay that each test otherwise also runs.
@@ -84,6 +89,10 @@ type Config struct {
 	AsyncCommit bool
 	// NoNotify turns off LISTEN/NOTIFY (PostgreSQL only; on by default).
 	NoNotify bool
+	// NotifyInterval is how often, at most, writes send a NOTIFY
+	// (PostgreSQL only). Zero means DefaultNotifyInterval; a negative value
+	// makes every write transaction notify.
+	NotifyInterval time.Duration
 	// BatchLease leases each claimed batch with one row of a side table
 	// instead of writing every claimed row (PostgreSQL only: pgstore.WithBatchLease).
 	BatchLease bool
@@ -112,7 +121,7 @@ func (c Config) withDefaults() Config {
 	}
 	set(&c.Rows, DefaultRows)
 	set(&c.Rate, DefaultRate)
-	set(&c.Writers, DefaultWriters)
+	set(&c.Writers, min(32, max(8, c.Rate/30)))
 	set(&c.Relays, DefaultRelays)
 	set(&c.BatchSize, DefaultBatchSize)
 	set(&c.MaxInFlight, DefaultMaxInFlight)
@@ -124,6 +133,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
+	}
+	if c.NotifyInterval == 0 {
+		c.NotifyInterval = DefaultNotifyInterval
 	}
 	return c
 }

@@ -24,8 +24,11 @@ func writeReport(out io.Writer, rep *Report, asJSON bool) error {
 	fmt.Fprintf(&b, "%s %s, %d CPUs. outbox relay: %s, batch %d, %d in flight, %s sent rows",
 		rep.GoVersion, rep.OS, rep.CPUs, plural(s.Relays, "relay"), s.BatchSize, s.MaxInFlight,
 		map[bool]string{false: "keep", true: "delete"}[s.DeleteSent])
-	if s.Notify {
-		b.WriteString(", LISTEN/NOTIFY")
+	switch {
+	case s.Notify && s.NotifyIntervalMs > 0:
+		fmt.Fprintf(&b, ", LISTEN/NOTIFY (a write notifies at most every %gms)", s.NotifyIntervalMs)
+	case s.Notify:
+		b.WriteString(", LISTEN/NOTIFY (every write notifies)")
 	}
 	if s.AsyncCommit {
 		b.WriteString(", async commit")
@@ -55,8 +58,8 @@ func writeReport(out io.Writer, rep *Report, asJSON bool) error {
 	}
 	if len(rep.Latency) > 0 {
 		l0 := rep.Latency[0]
-		fmt.Fprintf(&b, "\nLatency: %s msgs/s offered for %s, one message per transaction, commit to broker acknowledgement\n",
-			thousands(float64(l0.Rate)), fmtSeconds(math.Round(l0.Seconds)))
+		fmt.Fprintf(&b, "\nLatency: %s msgs/s offered for %s after %s of warm-up, one message per transaction, commit to broker acknowledgement\n",
+			thousands(float64(l0.Rate)), fmtSeconds(math.Round(l0.Seconds)), fmtSeconds(l0.WarmupSeconds))
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "relay\toffered\tdelivered\tp50\tp90\tp99\tp99.9\tmax\tCPU s\tpeak RSS\t")
 		for _, l := range rep.Latency {

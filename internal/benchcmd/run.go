@@ -20,6 +20,11 @@ import (
 // messages still on their way.
 const grace = 10 * time.Second
 
+// warmup is how long a latency test writes at its rate before it measures:
+// the relays start idle, polling at their idle rate, and the connections of
+// the writers open.
+const warmup = time.Second
+
 // Report is what a run measured. It is what `outbox bench --json` prints.
 type Report struct {
 	Started   time.Time `json:"started"`
@@ -49,7 +54,9 @@ type Settings struct {
 	DeleteSent     bool    `json:"delete_sent"`
 	AsyncCommit    bool    `json:"async_commit,omitempty"` // PostgreSQL only
 	Notify         bool    `json:"notify,omitempty"`       // PostgreSQL only
-	BatchLease     bool    `json:"batch_lease,omitempty"`  // PostgreSQL only
+	// NotifyIntervalMs is how often, at most, writes notify; 0 means every write (PostgreSQL with Notify only).
+	NotifyIntervalMs float64 `json:"notify_interval_ms,omitempty"`
+	BatchLease       bool    `json:"batch_lease,omitempty"` // PostgreSQL only
 }
 
 // DrainResult is one relay's drain test: a preloaded backlog published.
@@ -66,17 +73,18 @@ type DrainResult struct {
 // LatencyResult is one relay's latency test: a steady rate of one-message
 // transactions, and the time from each commit to the broker's acknowledgement.
 type LatencyResult struct {
-	Relay       string  `json:"relay"`
-	Rate        int     `json:"rate"`         // offered, per second
-	Seconds     float64 `json:"seconds"`      // how long the writes went on
-	Offered     int     `json:"offered"`      // transactions committed
-	OfferedRate float64 `json:"offered_rate"` // what the writers achieved, per second
-	Delivered   int     `json:"delivered"`    // acknowledged by the broker by the end
-	P50Ms       float64 `json:"p50_ms"`
-	P90Ms       float64 `json:"p90_ms"`
-	P99Ms       float64 `json:"p99_ms"`
-	P999Ms      float64 `json:"p999_ms"`
-	MaxMs       float64 `json:"max_ms"`
+	Relay         string  `json:"relay"`
+	Rate          int     `json:"rate"`           // offered, per second
+	Seconds       float64 `json:"seconds"`        // how long the measured writes went on
+	WarmupSeconds float64 `json:"warmup_seconds"` // writes at the rate before the measurement, not counted
+	Offered       int     `json:"offered"`        // transactions committed
+	OfferedRate   float64 `json:"offered_rate"`   // what the writers achieved, per second
+	Delivered     int     `json:"delivered"`      // acknowledged by the broker by the end
+	P50Ms         float64 `json:"p50_ms"`
+	P90Ms         float64 `json:"p90_ms"`
+	P99Ms         float64 `json:"p99_ms"`
+	P999Ms        float64 `json:"p999_ms"`
+	MaxMs         float64 `json:"max_ms"`
 	usage
 	Series []LatencyPoint `json:"series,omitempty"`
 }
@@ -117,6 +125,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			PollIntervalMs: float64(cfg.PollInterval) / float64(time.Millisecond), DeleteSent: cfg.DeleteSent,
 			AsyncCommit: cfg.AsyncCommit && db.kind == "postgres", Notify: !cfg.NoNotify && db.kind == "postgres",
 			BatchLease: cfg.BatchLease && db.kind == "postgres"},
+	}
+	if rep.Settings.Notify {
+		rep.Settings.NotifyIntervalMs = float64(max(cfg.NotifyInterval, 0)) / float64(time.Millisecond)
 	}
 	relays := []string{relayOutbox}
 	if !cfg.SkipBaseline {
@@ -338,9 +349,11 @@ func (r *run) latency(ctx context.Context, relay string) (*LatencyResult, error)
 	if err := r.reset(ctx); err != nil {
 		return nil, err
 	}
-	total := int(int64(r.cfg.Rate) * int64(dur) / int64(time.Second))
+	warm := int(int64(r.cfg.Rate) * int64(warmup) / int64(time.Second))
+	measured := int(int64(r.cfg.Rate) * int64(dur) / int64(time.Second))
+	total := warm + measured
 	begin := time.Now()
-	lat := newLatencies(begin)
+	lat := newLatencies(begin.Add(warmup))
 	runners, _, err := r.relays(relay, lat.acked)
 	if err != nil {
 		return nil, err
@@ -356,7 +369,7 @@ func (r *run) latency(ctx context.Context, relay string) (*LatencyResult, error)
 		mu.Lock()
 		o := offered
 		mu.Unlock()
-		return float64(lat.delivered()) / float64(total), fmt.Sprintf("offered %d  delivered %d  p99 %s",
+		return float64(lat.delivered()) / float64(measured), fmt.Sprintf("offered %d  delivered %d  p99 %s",
 			o, lat.delivered(), fmtMs(lat.quantileMs(99)))
 	})
 
@@ -370,17 +383,19 @@ func (r *run) latency(ctx context.Context, relay string) (*LatencyResult, error)
 				err := r.db.write(ctx, []*outbox.Message{msg})
 				at := time.Now()
 				mu.Lock()
-				if err != nil {
+				switch {
+				case err != nil:
 					failed++
 					if firstErr == nil {
 						firstErr = err
 					}
-					mu.Unlock()
-					continue
+				case i >= warm:
+					offered++
 				}
-				offered++
 				mu.Unlock()
-				lat.committed(msg.MessageID, at)
+				if err == nil && i >= warm {
+					lat.committed(msg.MessageID, at)
+				}
 			}
 		})
 	}
@@ -404,7 +419,7 @@ pace:
 	}
 	close(jobs)
 	committed.Wait()
-	writing := time.Since(begin)
+	writing := time.Since(begin.Add(warmup))
 	deadline := time.Now().Add(grace)
 	for lat.delivered() < int(offered) && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
@@ -423,6 +438,7 @@ pace:
 	}
 	res := lat.result()
 	res.Relay, res.Rate, res.Offered, res.Seconds = relay, r.cfg.Rate, int(offered), writing.Seconds()
+	res.WarmupSeconds = warmup.Seconds()
 	res.OfferedRate = float64(offered) / writing.Seconds()
 	res.usage = u
 	return &res, nil

@@ -133,6 +133,7 @@ func (d *database) openPostgres(ctx context.Context, cfg Config, raw string, con
 		return fmt.Errorf("db %s: %w", redact(raw), err)
 	}
 	st, err := pgstore.New(pool, pgstore.WithTable(d.table), pgstore.WithNotify(!cfg.NoNotify),
+		pgstore.WithNotifyInterval(max(cfg.NotifyInterval, 0)),
 		pgstore.WithAsyncCommit(cfg.AsyncCommit), pgstore.WithBatchLease(cfg.BatchLease))
 	if err != nil {
 		return err

@@ -31,7 +31,7 @@ func benchCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "rows", Usage: "rows the drain test preloads", Value: benchcmd.DefaultRows},
 			&ucli.IntFlag{Name: "rate", Usage: "messages a second the latency test offers", Value: benchcmd.DefaultRate},
 			&ucli.DurationFlag{Name: "duration", Usage: "how long the latency test offers its rate", Value: benchcmd.DefaultDuration},
-			&ucli.IntFlag{Name: "writers", Usage: "transactions the latency test may have open at once", Value: benchcmd.DefaultWriters},
+			&ucli.IntFlag{Name: "writers", Usage: "transactions the latency test may have open at once (default: rate/30, 8 to 32)"},
 			&ucli.BoolWithInverseFlag{Name: "baseline", Usage: "also run the textbook relay", Value: true},
 			&ucli.DurationFlag{Name: "baseline-time", Usage: "cap of each textbook relay test", Value: benchcmd.DefaultBaselineTime},
 			&ucli.IntFlag{Name: "relays", Usage: "relays sharing the table", Value: benchcmd.DefaultRelays},
@@ -41,6 +41,8 @@ func benchCommand() *ucli.Command {
 			&ucli.BoolFlag{Name: "delete-sent", Usage: "delete published rows instead of marking them sent"},
 			&ucli.BoolFlag{Name: "async-commit", Usage: "PostgreSQL: commit the relay's statements without waiting for the disk"},
 			&ucli.BoolWithInverseFlag{Name: "notify", Usage: "PostgreSQL: wake the relay with LISTEN/NOTIFY", Value: true},
+			&ucli.DurationFlag{Name: "notify-interval", Usage: "PostgreSQL: a write notifies at most this often (0: every write)",
+				Value: benchcmd.DefaultNotifyInterval},
 			&ucli.BoolFlag{Name: "batch-lease", Usage: "PostgreSQL: lease each batch with one row of a side table, not every row"},
 			&ucli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&ucli.StringFlag{Name: "chart", Usage: "write a chart of latency over time to `FILE` (.svg)", TakesFile: true},
@@ -66,6 +68,10 @@ func benchCommand() *ucli.Command {
 				PollInterval: cmd.Duration("poll-interval"), DeleteSent: cmd.Bool("delete-sent"),
 				AsyncCommit: cmd.Bool("async-commit"), NoNotify: !cmd.Bool("notify"), BatchLease: cmd.Bool("batch-lease"),
 				JSON: cmd.Bool("json"), Chart: cmd.String("chart"),
+				NotifyInterval: cmd.Duration("notify-interval"),
+			}
+			if cfg.NotifyInterval == 0 {
+				cfg.NotifyInterval = -1 // every write: Config's zero means its default
 			}
 			if !cmd.Bool("quiet") {
 				cfg.Progress = cmd.Root().ErrWriter
