@@ -48,10 +48,11 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	}
 	q, sel := s.claimSQL(info, p)
 	ord := s.orderedClaimSQL(info, p, sel)
+	recheck := s.recheckSQL(info, p)
 	lease := s.leaseSQL(info)
 	var c *outbox.Claim
 	err = retryDeadlock(ctx, func() (err error) {
-		c, err = s.claimOnce(ctx, q, ord, lease, sel, p)
+		c, err = s.claimOnce(ctx, q, ord, recheck, lease, sel, p)
 		return err
 	})
 	if err != nil {
@@ -62,8 +63,10 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 
 // claimOnce runs a claim in one READ COMMITTED transaction: the locking
 // SELECT q, or with ord (an ordered claim on a table with the head index)
-// the statements of ordered.go, then the UPDATE that leases what they took.
-func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, lease string, sel []string,
+// the statements of ordered.go, then, for an ordered claim, the re-check of
+// its heads (recheck, see recheckSQL), then the UPDATE that leases what they
+// took.
+func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, recheck, lease string, sel []string,
 	p outbox.ClaimParams) (*outbox.Claim, error) {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
@@ -134,6 +137,15 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, lease 
 			}
 			slices.SortFunc(c.Messages, func(a, b *outbox.Message) int { return cmp.Compare(a.RowID, b.RowID) })
 			slices.SortFunc(c.Malformed, func(a, b outbox.MalformedRow) int { return cmp.Compare(a.Message.RowID, b.Message.RowID) })
+		}
+	}
+	if recheck != "" && len(ids) > 0 {
+		if s.afterHeadWalk != nil {
+			s.afterHeadWalk()
+		}
+		var err error
+		if ids, err = s.recheckHeads(ctx, tx, recheck, ids, c); err != nil {
+			return nil, err
 		}
 	}
 	for lo := 0; lo < len(ids); lo += s.chunk {

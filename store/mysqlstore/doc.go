@@ -75,7 +75,12 @@
 // With the (status, aggregate_type, aggregate_id, id) index, an ordered claim
 // walks only a window of the backlog and, when that yields too few heads on a
 // deep backlog of few aggregates, finds the rest with a loose index scan, one
-// dive per aggregate; see docs/ordering.md.
+// dive per aggregate; see docs/ordering.md. Because InnoDB's locking reads
+// see rows committed after the statement's snapshot while the plain read
+// does not, a writer committing during the claim could make a later row look
+// like a head; so an ordered claim re-checks the heads it took with a fresh
+// read before it leases them, and leaves out any that has an earlier
+// blocking row by then.
 //
 // MariaDB marks SKIP LOCKED unsafe for statement-based replication: run its
 // binary log in ROW (or MIXED) format.

@@ -2,7 +2,9 @@ package mysqlstore
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -125,4 +127,74 @@ func (s *Store) orderedClaimSQL(info tableInfo, p outbox.ClaimParams, sel []stri
 			" GROUP BY g.aggregate_type, g.aggregate_id) AS hd ON c.id = hd.id" +
 			" WHERE c.status = 0 AND " + fmt.Sprintf(due, "c") + " ORDER BY c.id LIMIT ? FOR UPDATE SKIP LOCKED",
 	}
+}
+
+// An ordered claim's locking reads and its "no earlier row" probes do not
+// read the same rows in InnoDB: FOR UPDATE SKIP LOCKED reads the latest
+// committed version of each row it reaches, while the NOT EXISTS probes are
+// consistent reads of the statement's snapshot. When a writer commits rows
+// k and k+1 of an aggregate while the claim's scan runs, the scan can pass
+// row k while the writer still holds it (and skip it), reach row k+1 after
+// the commit (and lock it), and the probe, reading the snapshot from before
+// the commit, finds no row k: row k+1 would be handed out as a head. The
+// chaos suite saw this twice on MariaDB. PostgreSQL is not affected (its
+// locking reads check rows against the statement's snapshot).
+//
+// So an ordered claim re-checks its heads, after the locking reads and in the
+// same transaction, with a statement of its own: under READ COMMITTED it
+// reads a fresh snapshot, in which every transaction whose rows the scan took
+// has committed, with all of its rows. A row with an earlier blocking row of
+// its aggregate is dropped from the claim (its lock goes with the commit and
+// it stays pending, untouched).
+
+// recheckSQL returns the start of the statement that re-checks an ordered
+// claim's heads, to be followed by the ids and ")"; "" for other claims.
+func (s *Store) recheckSQL(info tableInfo, p outbox.ClaimParams) string {
+	if !p.Ordered {
+		return ""
+	}
+	t := s.table.quoted()
+	headIdx := ""
+	if info.headIndex != "" {
+		headIdx = " FORCE INDEX (" + quoteIdent(info.headIndex) + ")"
+	}
+	blocking := "0"
+	if p.BlockOnDead {
+		blocking = "0, 2"
+	}
+	return "SELECT c.id FROM " + t + " AS c WHERE EXISTS (SELECT 1 FROM " + t + " AS h" + headIdx +
+		" WHERE h.status IN (" + blocking + ") AND h.aggregate_type = c.aggregate_type" +
+		" AND h.aggregate_id = c.aggregate_id AND h.id < c.id) AND c.id IN ("
+}
+
+// recheckHeads runs the re-check and removes the rows it finds no longer
+// heads from ids and from c. ids holds every row the claim took.
+func (s *Store) recheckHeads(ctx context.Context, tx *sql.Tx, recheck string, ids []any, c *outbox.Claim) ([]any, error) {
+	drop := map[int64]bool{}
+	for lo := 0; lo < len(ids); lo += s.chunk {
+		chunk := ids[lo:min(lo+s.chunk, len(ids))]
+		rows, err := tx.QueryContext(ctx, recheck+placeholders(len(chunk))+")", chunk...)
+		if err != nil {
+			return nil, fmt.Errorf("re-check heads: %w", err)
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("re-check heads: %w", err)
+			}
+			drop[id] = true
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("re-check heads: %w", err)
+		}
+		rows.Close()
+	}
+	if len(drop) == 0 {
+		return ids, nil
+	}
+	ids = slices.DeleteFunc(ids, func(id any) bool { return drop[id.(int64)] })
+	c.Messages = slices.DeleteFunc(c.Messages, func(m *outbox.Message) bool { return drop[m.RowID] })
+	c.Malformed = slices.DeleteFunc(c.Malformed, func(m outbox.MalformedRow) bool { return drop[m.Message.RowID] })
+	return ids, nil
 }

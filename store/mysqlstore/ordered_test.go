@@ -191,3 +191,51 @@ func TestMigrateAddsTheHeadIndex(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "idx_status_aggregate", info.headIndex)
 }
+
+// TestOrderedClaimRechecksHeads makes an earlier row of an aggregate appear
+// between an ordered claim's locking reads and its end, as a writer that
+// commits while the claim's scan runs does in InnoDB (the scan skips the
+// writer's row k, still locked, then takes row k+1, committed by then, and
+// its probe reads a snapshot without row k). The claim must not hand out
+// row k+1. Both shapes of the ordered claim run: with and without the head
+// index.
+func TestOrderedClaimRechecksHeads(t *testing.T) {
+	t.Parallel()
+	for _, headIdx := range []bool{true, false} {
+		t.Run(fmt.Sprintf("headIndex=%v", headIdx), func(t *testing.T) {
+			t.Parallel()
+			s, db := orderedStore(t)
+			if !headIdx {
+				info, err := s.tableInfo(t.Context(), db)
+				require.NoError(t, err)
+				_, err = db.ExecContext(t.Context(), "DROP INDEX "+quoteIdent(info.headIndex)+" ON "+s.table.quoted())
+				require.NoError(t, err)
+				s.mu.Lock()
+				s.info = nil // look at the table's indexes again
+				s.mu.Unlock()
+				info, err = s.tableInfo(t.Context(), db)
+				require.NoError(t, err)
+				require.Empty(t, info.headIndex)
+			}
+			// Leave room below the first id for the row that shows up late.
+			_, err := db.ExecContext(t.Context(), "ALTER TABLE "+s.table.quoted()+" AUTO_INCREMENT = 100")
+			require.NoError(t, err)
+			writeAgg(t, s, db, "a", 1) // a#0, id 100
+			writeAgg(t, s, db, "b", 1) // b#0, id 101
+			s.afterHeadWalk = func() {
+				s.afterHeadWalk = nil
+				_, err := db.ExecContext(t.Context(), "INSERT INTO "+s.table.quoted()+
+					" (id, message_id, aggregate_type, aggregate_id, event_type, payload) VALUES (50, 'a-early', 'order', 'a', 'E', '-1')")
+				require.NoError(t, err)
+			}
+			got, _ := claimOrdered(t, s, 10, true)
+			require.Equal(t, []string{"b#0"}, got, "a#0 is no longer a head: a row before it committed")
+			var status, retries int
+			require.NoError(t, db.QueryRowContext(t.Context(), "SELECT status, COALESCE(retry_count, 0) FROM "+
+				s.table.quoted()+" WHERE id = 100").Scan(&status, &retries))
+			require.Equal(t, [2]int{0, 0}, [2]int{status, retries}, "the dropped row stays pending, its attempt not counted")
+			got, _ = claimOrdered(t, s, 10, true)
+			require.Equal(t, []string{"a#-1"}, got, "the early row is the head now")
+		})
+	}
+}
