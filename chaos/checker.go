@@ -96,6 +96,8 @@ type Input struct {
 // Report is the checker's verdict on one run. Counts are of messages
 // unless the field says copies. Zero is the only passing value of every
 // field marked "must be 0"; [Report.Violations] lists the ones that are not.
+// A Report is a plain value that marshals to JSON; it is not safe for
+// concurrent modification.
 type Report struct {
 	Scenario string `json:"scenario"`
 	DB       string `json:"db"`
@@ -104,8 +106,8 @@ type Report struct {
 	Ordered  bool   `json:"ordered"`
 	Seed     uint64 `json:"seed"`
 	// LoadSeconds is how long producers ran under the nemesis;
-	// RecoverySeconds is from the last heal until every committed message
-	// was delivered (or the drain gave up).
+	// RecoverySeconds is from the end of the load (every fault healed, the
+	// producers stopped) to the last delivery, -1 when the drain gave up.
 	LoadSeconds     float64 `json:"load_seconds"`
 	RecoverySeconds float64 `json:"recovery_seconds"`
 
@@ -164,7 +166,7 @@ const maxExamples = 5
 // the faults' in-flight sets or by lease takeovers (a row claimed more than
 // once), and per-aggregate order of first deliveries.
 // The database rows are the ground truth; the producers' outcomes are only
-// compared with it.
+// compared with it. Check only reads in, and is safe for concurrent use.
 func Check(in Input) *Report {
 	r := &Report{Ordered: in.Ordered, Faults: len(in.Faults), Transactions: len(in.Produces)}
 	ex := func(class, id string) {

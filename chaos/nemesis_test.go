@@ -11,7 +11,7 @@ import (
 // A nemesis injects one kind of fault while the producers run, until ctx
 // ends, and heals everything it broke before it returns. It records each
 // fault with the messages that were in flight when it struck.
-type nemesis func(r *run, ctx context.Context)
+type nemesis func(ctx context.Context, r *run)
 
 var nemeses = map[string]nemesis{
 	"kill9":          killRelays,
@@ -26,7 +26,7 @@ var nemeses = map[string]nemesis{
 // killRelays kills a random relay with SIGKILL every 1-2.5 s and starts it
 // again 0.2-0.8 s later. The killed relay's claimed rows stay leased; another
 // relay takes them over when the lease expires.
-func killRelays(r *run, ctx context.Context) {
+func killRelays(ctx context.Context, r *run) {
 	for r.sleep(ctx, r.between(time.Second, 2500*time.Millisecond)) {
 		slot := r.rng.IntN(r.relays.count())
 		at := time.Now()
@@ -43,7 +43,7 @@ func killRelays(r *run, ctx context.Context) {
 // pauseRelays stops a random relay with SIGSTOP for longer than the lease,
 // so that another relay takes its rows over, then lets it run again: the
 // zombie wakes up in the middle of a batch it no longer owns.
-func pauseRelays(r *run, ctx context.Context) {
+func pauseRelays(ctx context.Context, r *run) {
 	for r.sleep(ctx, r.between(500*time.Millisecond, 1500*time.Millisecond)) {
 		slot := r.rng.IntN(r.relays.count())
 		at := time.Now()
@@ -71,7 +71,7 @@ func pauseRelays(r *run, ctx context.Context) {
 // fault proxy, alternating a cut (every connection reset, new ones refused)
 // of 1.5-2.5 s and a blackhole (connections kept, nothing forwarded, so
 // publishes time out and acknowledgements are lost) of 2.5-3 s.
-func cutBroker(r *run, ctx context.Context) {
+func cutBroker(ctx context.Context, r *run) {
 	for i := 0; r.sleep(ctx, r.between(time.Second, 2*time.Second)); i++ {
 		kind, hold := "broker-cut", r.between(1500*time.Millisecond, 2500*time.Millisecond)
 		before := r.inFlight()
@@ -91,13 +91,13 @@ func cutBroker(r *run, ctx context.Context) {
 
 // restartBroker kills the private broker with SIGKILL and starts it again on
 // the same data 0.5-1.5 s later.
-func restartBroker(r *run, ctx context.Context) {
+func restartBroker(ctx context.Context, r *run) {
 	for r.sleep(ctx, r.between(1500*time.Millisecond, 3*time.Second)) {
 		before := r.inFlight()
 		at := time.Now()
 		r.broker.crash()
 		r.sleep(context.Background(), r.between(500*time.Millisecond, 1500*time.Millisecond))
-		during := r.inFlight()
+		during := r.inFlight() // nothing can be confirmed while the broker is down
 		if err := r.broker.start(); err != nil {
 			r.check("restart %s: %v", r.broker.name, err)
 		}
@@ -108,7 +108,7 @@ func restartBroker(r *run, ctx context.Context) {
 // restartDB kills the private database server with SIGKILL (PostgreSQL:
 // the postmaster and every backend) and starts it again on the same data
 // 0.5-1.5 s later; it recovers from its log.
-func restartDB(r *run, ctx context.Context) {
+func restartDB(ctx context.Context, r *run) {
 	for r.sleep(ctx, r.between(1500*time.Millisecond, 3*time.Second)) {
 		before := r.inFlight()
 		at := time.Now()
@@ -127,7 +127,7 @@ func restartDB(r *run, ctx context.Context) {
 // frees up for four seconds, then lets go. The relays, each with its own
 // small pool shared by three relay loops, must ride it out; the business
 // pool, opened before, keeps serving the producers.
-func exhaustConnections(r *run, ctx context.Context) {
+func exhaustConnections(ctx context.Context, r *run) {
 	hold := 4 * time.Second
 	var peak int64
 	sample := func() {
@@ -137,8 +137,18 @@ func exhaustConnections(r *run, ctx context.Context) {
 			peak = max(peak, int64(n))
 		}
 	}
-	for r.sleep(ctx, r.between(time.Second, 2*time.Second)) {
-		sample()
+	// watch samples the relays' connections every 100 ms for d, or until
+	// ctx ends; it reports whether the full d passed.
+	watch := func(d time.Duration) bool {
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			sample()
+			if !r.sleep(ctx, 100*time.Millisecond) {
+				return false
+			}
+		}
+		return true
+	}
+	for watch(r.between(time.Second, 2*time.Second)) {
 		hog := r.db.open(1000)
 		var conns []*sql.Conn
 		grab := func() {
@@ -190,15 +200,15 @@ func exhaustConnections(r *run, ctx context.Context) {
 		r.extra["relay_conns_killed"] += int64(killed)
 		r.mu.Unlock()
 		r.fault(Fault{Kind: "pool", Target: r.db.kind, At: at, InFlight: keys(inFlight, during)})
-		if ctx.Err() == nil {
-			r.sleep(ctx, hold) // let the relays recover before the next storm
+		if !watch(hold) { // let the relays recover before the next storm
+			break
 		}
 	}
 	sample()
 	r.mu.Lock()
 	r.extra["relay_conns_peak"] = peak
 	r.mu.Unlock()
-	if limit := int64(r.relays.count() * 2); peak > limit {
+	if limit := int64(r.relays.count() * r.relayCfg.maxConns); peak > limit {
 		r.check("pool: the relays held %d connections, more than their pools allow (%d)", peak, limit)
 	}
 }
@@ -209,7 +219,7 @@ func exhaustConnections(r *run, ctx context.Context) {
 // Commit order is not id order: a relay must neither skip the early id nor
 // stall behind it. The long transactions take turns on aggregates of their
 // own, so the producers never queue behind their locks.
-func longTransactions(r *run, ctx context.Context) {
+func longTransactions(ctx context.Context, r *run) {
 	const minHold, maxHold = 3 * time.Second, 5 * time.Second
 	end, _ := ctx.Deadline()
 	for i := 0; r.sleep(ctx, r.between(500*time.Millisecond, 1500*time.Millisecond)); i++ {
@@ -226,7 +236,6 @@ func (r *run) fault(f Fault) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.faults = append(r.faults, f)
-	r.lastHeal = f.Healed
 }
 
 // inFlight samples the rows in flight (see database.inFlight), trying a
