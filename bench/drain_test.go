@@ -201,6 +201,10 @@ func BenchmarkDrain(b *testing.B) {
 		{"batch1000", 1, []outbox.RelayOption{outbox.WithBatchSize(1000)}},
 		{"batch1000_delete", 1, []outbox.RelayOption{outbox.WithBatchSize(1000), outbox.WithDeleteSent(true)}},
 		{"batch1000_2relays", 2, []outbox.RelayOption{outbox.WithBatchSize(1000)}},
+		{"batch1000_inflight4", 1, []outbox.RelayOption{outbox.WithBatchSize(1000), outbox.WithMaxInFlight(4)}},
+		{"batch1000_inflight4_delete", 1, []outbox.RelayOption{outbox.WithBatchSize(1000), outbox.WithMaxInFlight(4),
+			outbox.WithDeleteSent(true)}},
+		{"batch1000_inflight4_2relays", 2, []outbox.RelayOption{outbox.WithBatchSize(1000), outbox.WithMaxInFlight(4)}},
 	}
 	for _, db := range dbs {
 		for _, rows := range []int{10_000, 100_000} {

@@ -76,7 +76,8 @@ func matrixRows(b *testing.B) int {
 
 // BenchmarkDrainMatrix drains a backlog (100,000 rows; OUTBOX_BENCH_ROWS
 // overrides) from each database into each broker that runs here, with one
-// relay, batches of 1,000, a publish timeout of 10 s (a batch of 1,000 needs
+// relay, batches of 1,000 with up to 4 at the broker at once (the settings
+// `outbox bench` uses), a publish timeout of 10 s (a batch of 1,000 needs
 // more than the default 3 s on a slow broker or a busy machine, and a batch
 // that times out is sent again) and sent rows kept (status 1). The clock
 // runs from the relay's start until the publisher has confirmed the last
@@ -106,7 +107,8 @@ func BenchmarkDrainMatrix(b *testing.B) {
 		{"mqtt", mqttSink},
 	}
 	rows := matrixRows(b)
-	opts := []outbox.RelayOption{outbox.WithBatchSize(1000), outbox.WithPublishTimeout(10 * time.Second)}
+	opts := []outbox.RelayOption{outbox.WithBatchSize(1000), outbox.WithMaxInFlight(4),
+		outbox.WithPublishTimeout(10 * time.Second)}
 	for _, db := range dbs {
 		for _, br := range brokers {
 			b.Run(fmt.Sprintf("%s/%s/rows=%d", db.name, br.name, rows), func(b *testing.B) {
