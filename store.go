@@ -107,6 +107,12 @@ type Stats struct {
 	Dead           int64         // status 2
 	SentLastMinute int64         // rows acked in the last minute (only when sent rows are kept)
 	SentLastHour   int64         // rows acked in the last hour (only when sent rows are kept)
+	// OtherStatus counts rows whose status is NULL or not 0, 1 or 2: rows
+	// another program wrote or changed. The relay never claims, publishes,
+	// retries or kills them, and they do not hold back ordered delivery, so
+	// they would stay in the table unseen; they are counted here so that an
+	// operator notices them (`outbox status` shows them as "other status").
+	OtherStatus int64
 }
 
 // Migrator is implemented by stores that can create or upgrade their schema.

@@ -169,16 +169,20 @@ WHERE %s`, table, lastErr, fence)
 FROM unnest($1::bigint[], $2::integer[], $3::text[]) AS a(id, attempt, err)
 WHERE %s`, table, lastErr, fence)
 
-	// Stats reads pending and dead rows through the status index, and only
-	// the sent rows of the last hour.
+	// Stats reads pending and dead rows through the status index, only the
+	// sent rows of the last hour, and rows of any other status (NULL, below
+	// 0, above 2: a status column is an integer) as index ranges too, so
+	// that it never reads all sent rows.
 	q.stats = fmt.Sprintf(`SELECT
 	count(*) FILTER (WHERE status = 0),
 	COALESCE((EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 0)) * 1000000)::bigint, 0),
 	count(*) FILTER (WHERE status = 2),
 	count(*) FILTER (WHERE status = 1 AND updated_at >= now() - interval '1 minute'),
-	count(*) FILTER (WHERE status = 1 AND updated_at >= now() - interval '1 hour')
+	count(*) FILTER (WHERE status = 1 AND updated_at >= now() - interval '1 hour'),
+	count(*) FILTER (WHERE status IS NULL OR status < 0 OR status > 2)
 FROM %s
-WHERE status IN (0, 2) OR (status = 1 AND updated_at >= now() - interval '1 hour')`, table)
+WHERE status IN (0, 2) OR (status = 1 AND updated_at >= now() - interval '1 hour')
+	OR status IS NULL OR status < 0 OR status > 2`, table)
 	if opt.leaseTable != "" {
 		buildLeaseQueries(q, table, opt.leaseTable, lastErr, async)
 	}

@@ -22,9 +22,10 @@ const maxErrorLength = 4096
 // order, counts the attempt and leases them until the database's now() +
 // p.Lease, in one statement. With p.Ordered it takes only rows that have no
 // earlier pending row (or dead row, with p.BlockOnDead) of the same
-// aggregate_type and aggregate_id. Rows with a NULL in a required column, a
-// payload that is not JSON or headers that are not a JSON object of strings
-// come back in Claim.Malformed.
+// aggregate_type and aggregate_id. Rows with a NULL or empty required
+// column, text that is not valid UTF-8, a payload that is not JSON or
+// headers that are not a JSON object of strings come back in
+// Claim.Malformed.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
 	if p.Limit < 1 {
 		return nil, fmt.Errorf("pgstore: claim: limit %d is less than 1", p.Limit)
@@ -87,25 +88,37 @@ func (r *claimedRow) message() (*outbox.Message, error) {
 		PartitionKey:  r.partitionKey.String,
 		CreatedAt:     r.createdAt.Time,
 	}
+	// A UTF8 database returns only valid UTF-8, but a SQL_ASCII one returns
+	// the bytes as stored, and a team's own table may keep payload and
+	// headers as text: check what jsonb and the encoding would guarantee.
 	var bad []string
 	for _, c := range []struct {
-		name string
-		v    pgtype.Text
+		name     string
+		v        pgtype.Text
+		required bool
 	}{
-		{"message_id", r.messageID}, {"aggregate_type", r.aggType}, {"aggregate_id", r.aggID},
-		{"event_type", r.eventType}, {"payload", r.payload},
+		{"message_id", r.messageID, true}, {"aggregate_type", r.aggType, true}, {"aggregate_id", r.aggID, true},
+		{"event_type", r.eventType, true}, {"payload", r.payload, true},
+		{"headers", r.headers, false}, {"topic", r.topic, false}, {"partition_key", r.partitionKey, false},
 	} {
-		if !c.v.Valid {
-			bad = append(bad, c.name+" is NULL")
+		switch {
+		case !c.v.Valid:
+			if c.required {
+				bad = append(bad, c.name+" is NULL")
+			}
+		case c.required && c.v.String == "":
+			bad = append(bad, c.name+" is empty")
+		case !utf8.ValidString(c.v.String):
+			bad = append(bad, c.name+" is not valid UTF-8")
 		}
 	}
 	if r.payload.Valid {
 		m.Payload = json.RawMessage(r.payload.String)
-		if !json.Valid(m.Payload) {
+		if r.payload.String != "" && !json.Valid(m.Payload) {
 			bad = append(bad, "payload is not valid JSON")
 		}
 	}
-	if r.headers.Valid {
+	if r.headers.Valid && r.headers.String != "" { // "" in a text column: no headers
 		if err := json.Unmarshal([]byte(r.headers.String), &m.Headers); err != nil {
 			bad = append(bad, "headers are not a JSON object of strings: "+err.Error())
 		}
@@ -235,9 +248,11 @@ func (s *Store) Kill(ctx context.Context, p outbox.KillParams) error {
 }
 
 // Stats reports the backlog in one query: pending rows (leased ones
-// included) and the age of the oldest, dead rows, and rows acknowledged in
-// the last minute and hour (counted by updated_at, so only when sent rows are
-// kept). It reads every pending and dead row and the last hour's sent rows.
+// included) and the age of the oldest, dead rows, rows acknowledged in the
+// last minute and hour (counted by updated_at, so only when sent rows are
+// kept), and rows of any other status (NULL, or not 0, 1 or 2), which the
+// relay leaves alone. It reads every pending, dead and other-status row and
+// the last hour's sent rows.
 func (s *Store) Stats(ctx context.Context) (*outbox.Stats, error) {
 	q, err := s.queriesFor(ctx, s.poolRow)
 	if err != nil {
@@ -246,7 +261,7 @@ func (s *Store) Stats(ctx context.Context) (*outbox.Stats, error) {
 	var st outbox.Stats
 	var oldestMicros int64
 	if err := s.pool.QueryRow(ctx, q.stats).Scan(
-		&st.Pending, &oldestMicros, &st.Dead, &st.SentLastMinute, &st.SentLastHour); err != nil {
+		&st.Pending, &oldestMicros, &st.Dead, &st.SentLastMinute, &st.SentLastHour, &st.OtherStatus); err != nil {
 		return nil, fmt.Errorf("pgstore: stats: %w", err)
 	}
 	st.OldestPending = max(time.Duration(oldestMicros)*time.Microsecond, 0)

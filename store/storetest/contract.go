@@ -22,6 +22,10 @@ func (s *suite) malformed(t *testing.T) {
 		{"NullAggregateID", "m-3", "order", nil, "E", `{}`},
 		{"NullEventType", "m-4", "order", "4", nil, `{}`},
 		{"NullPayload", "m-5", "order", "5", "E", nil},
+		// Empty text in a required column: no message id to dedupe by, no
+		// event type to route by.
+		{"EmptyMessageID", "", "order", "7", "E", `{}`},
+		{"EmptyEventType", "m-8", "order", "8", "", `{}`},
 	}
 	if s.h.InvalidJSON {
 		plants = append(plants, plant{"PayloadNotJSON", "m-6", "order", "6", "E", `{not json`})

@@ -25,7 +25,9 @@
 // claiming due rows in id order with the attempt counted and a lease taken,
 // the lease expiring, acknowledgements fenced by the attempt (including after
 // another relay took an expired lease over), deleting acknowledgements,
-// rescheduling with and without a refunded attempt, killing, stats,
+// rescheduling with and without a refunded attempt, killing, stats, rows
+// whose status is NULL or not 0, 1 or 2 (written by another program) left
+// alone by claims and counted apart in [outbox.Stats.OtherStatus],
 // concurrent claimers that never share a row, per-aggregate ordered claims
 // (also under concurrency), malformed rows reported in [outbox.Claim] so they
 // can be killed, a Writer round trip that keeps every field, and a table
@@ -38,7 +40,8 @@
 //
 // The suite plants and inspects rows with plain SQL through [Fixture.DB]:
 // INSERT, UPDATE and SELECT on the contract columns (and last_error on
-// migrated tables), with `?` placeholders that it rewrites to `$n` for
+// migrated tables; on Postgres and MySQL also an ALTER TABLE that lets
+// status be NULL), with `?` placeholders that it rewrites to `$n` for
 // [Postgres]. Timestamps are bound through [Harness.Time] and read back
 // through [Harness.ParseTime], so a store that keeps time in its own format
 // (unix microseconds, ISO-8601 text) says how.

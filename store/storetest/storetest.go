@@ -110,6 +110,7 @@ func Run(t *testing.T, h Harness) {
 		{"KillFencedByAttempt", s.killFenced},
 		{"Stats", s.stats},
 		{"StatsEmpty", s.statsEmpty},
+		{"OtherStatusLeftAloneAndCounted", s.otherStatus},
 		{"ConcurrentClaimersNeverShareARow", s.concurrentClaimers},
 		{"OrderedClaimsAggregateHeads", s.ordered},
 		{"OrderedConcurrentKeepsAggregateOrder", s.orderedConcurrent},
