@@ -49,7 +49,9 @@
 //     refused; with [Features.Dedup] the broker drops the copies.
 //   - LargePayload ([Features.MaxPayload]) and TooLargePayloadIsPermanent
 //     ([Features.TooLargePayload]): the large one arrives; the one over the
-//     broker's limit fails with [outbox.Permanent] and its batch-mates do not.
+//     broker's limit fails with [outbox.Permanent] and never arrives, and its
+//     batch-mates do not fail. Without [Features.Dedup] a batch-mate may
+//     arrive twice (at least once); a refused or unknown message never may.
 //   - CancelledContext: a cancelled ctx returns at once with an error per
 //     message, none permanent, and the publisher stays usable.
 //   - ConcurrentPublish: Publish from several goroutines at once.

@@ -80,6 +80,7 @@ func (b *memBroker) Publish(ctx context.Context, msgs []*outbox.Message) []error
 	if b.fault == "reorder" {
 		slices.Reverse(order)
 	}
+	var refused []*outbox.Message
 	for _, m := range order {
 		i := slices.Index(msgs, m)
 		if i >= len(errs) {
@@ -87,6 +88,7 @@ func (b *memBroker) Publish(ctx context.Context, msgs []*outbox.Message) []error
 		}
 		if b.limit > 0 && len(m.Payload) > b.limit {
 			errs[i] = outbox.Permanent(fmt.Errorf("payload of %d bytes over the limit of %d", len(m.Payload), b.limit))
+			refused = append(refused, m)
 			continue
 		}
 		b.mu.Lock()
@@ -96,19 +98,32 @@ func (b *memBroker) Publish(ctx context.Context, msgs []*outbox.Message) []error
 		if dup {
 			continue // confirmed, dropped
 		}
-		r := publishertest.Received{
-			MessageID: m.MessageID, Key: m.Key(), Topic: m.Destination(),
-			Headers: m.StandardHeaders(), Payload: slices.Clone(m.Payload),
-		}
+		r := received(m)
 		if b.fault == "drop-headers" {
 			r.Headers = nil
 		}
 		b.out.Add(r)
+		if b.fault == "redeliver" { // an at-least-once consumer getting the message again
+			b.out.Add(r)
+		}
+	}
+	if b.fault == "deliver-refused" { // refused, yet delivered after its batch-mates
+		for _, m := range refused {
+			b.out.Add(received(m))
+		}
 	}
 	if b.fault == "too-large-fails-batch" && slices.ContainsFunc(errs, outbox.IsPermanent) {
 		return outbox.ErrorsFor(len(errs), outbox.Permanent(errors.New("batch refused")))
 	}
 	return errs
+}
+
+// received is m as the broker's consumer gets it.
+func received(m *outbox.Message) publishertest.Received {
+	return publishertest.Received{
+		MessageID: m.MessageID, Key: m.Key(), Topic: m.Destination(),
+		Headers: m.StandardHeaders(), Payload: slices.Clone(m.Payload),
+	}
 }
 
 func (b *memBroker) Ping(ctx context.Context) error {
@@ -154,13 +169,30 @@ var memFeatures = publishertest.Features{
 
 // TestMemBroker runs the whole suite against a correct broker: every case
 // runs (none skips) and passes. With PUBLISHERTEST_FAULT set it runs a
-// defective one, for TestSuiteCatchesDefects.
+// defective one, for TestSuiteCatchesDefects, or (fault "redeliver") an
+// at-least-once one without dedup, for TestSuiteAllowsRedelivery.
 func TestMemBroker(t *testing.T) {
 	fault := os.Getenv("PUBLISHERTEST_FAULT")
 	if fault != "" && os.Getenv("PUBLISHERTEST_CHILD") != "1" {
 		t.Skip("PUBLISHERTEST_FAULT is for the child processes of TestSuiteCatchesDefects")
 	}
-	publishertest.Run(t, memFeatures, memHarness(fault))
+	f := memFeatures
+	if fault == "redeliver" {
+		f.Dedup = false
+	}
+	publishertest.Run(t, f, memHarness(fault))
+}
+
+// runChild runs one case of TestMemBroker against a broker with fault in a
+// child process and returns its output and exit error.
+func runChild(t *testing.T, fault, subtest string) ([]byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0],
+		"-test.run", "^TestMemBroker$/^"+subtest+"$", "-test.count", "1", "-test.v")
+	cmd.Env = append(os.Environ(), "PUBLISHERTEST_CHILD=1", "PUBLISHERTEST_FAULT="+fault)
+	return cmd.CombinedOutput()
 }
 
 // TestSuiteCatchesDefects runs single cases of the suite against brokers
@@ -182,19 +214,34 @@ func TestSuiteCatchesDefects(t *testing.T) {
 		{"unclassified-down", "BrokerDown", "want outbox.Unavailable"},
 		{"unclassified-down", "OutageCutAndRestore", "want outbox.Unavailable"},
 		{"too-large-fails-batch", "TooLargePayloadIsPermanent", "batch-mate before the large message"},
+		{"deliver-refused", "TooLargePayloadIsPermanent", "arrived but was never confirmed (refused by the broker"},
 	} {
 		t.Run(tc.fault+"/"+tc.subtest, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, os.Args[0],
-				"-test.run", "^TestMemBroker$/^"+tc.subtest+"$", "-test.count", "1", "-test.v")
-			cmd.Env = append(os.Environ(), "PUBLISHERTEST_CHILD=1", "PUBLISHERTEST_FAULT="+tc.fault)
-			out, err := cmd.CombinedOutput()
+			out, err := runChild(t, tc.fault, tc.subtest)
 			var exit *exec.ExitError
 			require.ErrorAs(t, err, &exit, "the suite passed a broker with defect %q:\n%s", tc.fault, out)
 			require.Contains(t, string(out), "--- FAIL: TestMemBroker/"+tc.subtest, "%s", out)
 			require.Contains(t, string(out), tc.want, "the case failed for another reason:\n%s", out)
+		})
+	}
+}
+
+// TestSuiteAllowsRedelivery runs the case that checks that nothing more
+// arrives after a refused message against an at-least-once broker without
+// dedup whose consumer gets every message twice: a confirmed message
+// arriving again is no defect there, so the case must pass.
+func TestSuiteAllowsRedelivery(t *testing.T) {
+	if os.Getenv("PUBLISHERTEST_CHILD") == "1" {
+		t.Skip("child process")
+	}
+	t.Parallel()
+	for _, subtest := range []string{"TooLargePayloadIsPermanent"} {
+		t.Run(subtest, func(t *testing.T) {
+			t.Parallel()
+			out, err := runChild(t, "redeliver", subtest)
+			require.NoError(t, err, "the suite failed an at-least-once broker:\n%s", out)
+			require.Contains(t, string(out), "--- PASS: TestMemBroker/"+subtest, "%s", out)
 		})
 	}
 }
