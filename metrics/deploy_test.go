@@ -48,6 +48,9 @@ func exportedSeries(t *testing.T) map[string]bool {
 	m.OnBatch(outbox.BatchEvent{Claimed: 1, Fenced: 1, Err: fmt.Errorf("ack: broken")})
 	m.OnDestination(false, nil)
 	m.WrapPublisher(outboxtest.NewPublisher()).Publish(context.Background(), nil)
+	m.StartArchive(time.Hour, false)
+	m.OnArchiveBatch(10, false)
+	m.OnArchiveRun(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { require.NoError(t, m.PollStats(ctx, b.store, time.Minute)) })
@@ -155,6 +158,8 @@ func TestAlertRules(t *testing.T) {
 		"OutboxPublishSuccessRateLow": {"critical", "10m", []string{"outbox_relay_published_total", "< 0.99"}},
 		"OutboxDeadMessages":          {"warning", "", []string{"outbox_dead_messages", "> 0"}},
 		"OutboxRelayDown":             {"critical", "2m", []string{"outbox_relay_up", "up{job=~\"outbox.*\"} == 0"}},
+		"OutboxArchiveFailing": {"warning", "", []string{"outbox_archive_last_success_timestamp_seconds",
+			"clamp_min(3 * max by (job, instance, relay) (outbox_archive_interval_seconds), 3600)"}},
 	}
 	var seen []string
 	for _, g := range rf.Groups {
@@ -183,7 +188,7 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	slices.Sort(seen)
-	require.Equal(t, []string{"OutboxBacklogHigh", "OutboxDeadMessages", "OutboxOldestPendingTooOld",
+	require.Equal(t, []string{"OutboxArchiveFailing", "OutboxBacklogHigh", "OutboxDeadMessages", "OutboxOldestPendingTooOld",
 		"OutboxPublishSuccessRateLow", "OutboxRelayDown"}, seen, "exactly these alerts, once each")
 
 	t.Run("Promtool", func(t *testing.T) {

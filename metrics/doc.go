@@ -41,9 +41,19 @@
 //	outbox_stats_duration_seconds      gauge    how long it took
 //	outbox_stats_errors_total          counter  Stats queries that failed
 //
+// From a scheduled archive (the daemon's archive_every), once
+// [Metrics.StartArchive] was called; [Metrics.OnArchiveBatch] and
+// [Metrics.OnArchiveRun] feed them:
+//
+//	outbox_archived_total                          counter  rows taken out of the table, by mode (move, delete)
+//	outbox_archive_runs_total                      counter  finished runs, by result (ok, error)
+//	outbox_archive_last_success_timestamp_seconds  gauge    when a run or batch last succeeded (start time before)
+//	outbox_archive_interval_seconds                gauge    the schedule's period
+//
 // # Labels
 //
-// The result label takes the values of outbox.Result. The destination label
+// The result label takes the values of outbox.Result (ok and error on
+// outbox_archive_runs_total), and mode is move or delete. The destination label
 // is Message.Destination by default, which may be unbounded (a topic per
 // aggregate); only the first [DefaultMaxDestinations] distinct values get
 // their own series and the rest are counted as [OtherDestination]. Change

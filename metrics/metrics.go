@@ -36,12 +36,14 @@ var (
 // hooks ([outbox.HookBatch], [outbox.HookMessage], [outbox.HookDestination]),
 // so it is passed to the relay with outbox.WithHooks(m); [Metrics.PollStats]
 // adds the table's backlog, [Metrics.SetUp] the relay's liveness and
-// [Metrics.WrapPublisher] the broker's response time.
+// [Metrics.WrapPublisher] the broker's response time, and
+// [Metrics.StartArchive] with its On methods a scheduled archive.
 //
 // Every series carries a relay label (see [WithRelayName]), so several relays
 // can register their own Metrics with one registry. The only other labels are
-// result (one of the outbox.Result values) and destination (bounded, see
-// [WithMaxDestinations]); no label ever holds a message or aggregate id.
+// result (one of the outbox.Result values, or ok and error for archive runs),
+// destination (bounded, see [WithMaxDestinations]) and the archive's mode
+// (move or delete); no label ever holds a message or aggregate id.
 //
 // One Metrics may serve several relay loops that share a table and a name
 // (the daemon's --relays). A Metrics is safe for concurrent use. Its hook
@@ -65,6 +67,7 @@ type Metrics struct {
 	fenced          prometheus.Counter
 	publishDuration prometheus.Histogram
 	stats           *statsCollector
+	archive         *archiveMetrics
 
 	all []prometheus.Collector
 }
@@ -192,7 +195,8 @@ func NewMetrics(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		publishDuration: histogram("outbox_relay_publish_duration_seconds",
 			"Duration of one Publish call to the broker (one batch), measured by WrapPublisher.",
 			durationBuckets),
-		stats: newStatsCollector(labels, cfg.logger.With("component", "metrics", "relay", cfg.relay)),
+		stats:   newStatsCollector(labels, cfg.logger.With("component", "metrics", "relay", cfg.relay)),
+		archive: newArchiveMetrics(labels),
 	}
 	m.destUp.Set(1)
 	m.all = []prometheus.Collector{m.up, m.destUp, m.destOutages, m.published, m.attempt, m.latency,
@@ -208,6 +212,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.all {
 		c.Describe(ch)
 	}
+	m.archive.describe(ch)
 }
 
 // Collect sends the current value of every metric; part of prometheus.Collector.
@@ -215,6 +220,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.all {
 		c.Collect(ch)
 	}
+	m.archive.collect(ch)
 }
 
 // SetUp maintains outbox_relay_up: call SetUp(true) before each Relay.Run

@@ -26,7 +26,8 @@ func archiveCommand() *ucli.Command {
 		Description: "Moves sent rows last updated at least --older-than ago into the table's archive table\n" +
 			"(its name plus _archive, created on first use), --batch rows per short transaction, until\n" +
 			"none are left; --delete deletes them instead. Safe to run while relays run. Ctrl-C stops it\n" +
-			"after the batch in flight.",
+			"after the batch in flight. `outbox relay` does the same on a schedule (--archive-every); this\n" +
+			"command is for a one-off clean-up or a cron job when that schedule is off.",
 		Flags: append(append([]ucli.Flag{configFlag()}, settingFlags(dbFlags...)...),
 			&ucli.StringFlag{Name: "older-than", Required: true, Usage: "only rows sent at least `AGE` ago (90m, 36h, 7d; 0s = all)"},
 			&ucli.IntFlag{Name: "batch", Value: defaultArchiveBatch, Usage: "move `N` rows per transaction"},

@@ -132,6 +132,21 @@ func TestMigrateAndStatusSQLite(t *testing.T) {
 	require.Regexp(t, `(?m)^dead\s+0$`, r.stdout)
 	require.Regexp(t, `(?m)^sent last minute\s+0$`, r.stdout)
 	require.Regexp(t, `(?m)^sent last hour\s+0$`, r.stdout)
+	require.Regexp(t, `(?m)^other status\s+0$`, r.stdout)
+
+	// A row another program set to a status the relay does not know is
+	// shown apart, not hidden.
+	_, err = db.ExecContext(t.Context(), "UPDATE outbox_message SET status = 7 WHERE id = (SELECT MIN(id) FROM outbox_message)")
+	require.NoError(t, err)
+	st = statusOf(t, "--db", dsn)
+	require.EqualValues(t, 2, st.Pending)
+	require.EqualValues(t, 1, st.OtherStatus)
+	r = run(t.Context(), "status", "--db", dsn)
+	require.Equal(t, ExitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^other status\s+1$`, r.stdout)
+	r = run(t.Context(), "status", "--db", dsn, "--json")
+	require.Equal(t, ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"other_status":1`)
 
 	// Another table in the same file, named by flag.
 	r = run(t.Context(), "migrate", "--db", dsn, "--table", "other_outbox")
@@ -179,7 +194,10 @@ func TestBadInput(t *testing.T) {
 		{"UnknownDBScheme", []string{"migrate", "--db", "oracle://scott:tiger@db/orcl"}, ExitUsage,
 			`db: unknown scheme "oracle"; want postgres://, postgresql://, sqlite://, mysql://`},
 		{"BadTableName", []string{"migrate", "--db", sqlite, "--table", "x; drop table y"}, ExitUsage,
-			`table: "x; drop table y" is not a valid table name (letters, digits and underscores, optionally schema.table)`},
+			`table: "x; drop table y" is not a valid table name for sqlite:// (name or schema.name, each part a letter or underscore, then up to 62 letters, digits or underscores)`},
+		// pgstore refuses upper case; the config says so before anything connects.
+		{"UpperCaseTablePostgres", []string{"relay", "--db", "postgres://u:hunter22@127.0.0.1:1/db", "--broker", "nats://h", "--table", "Outbox"},
+			ExitUsage, `table: "Outbox" is not a valid table name for postgres:// (name or schema.name, each part a lower-case letter or underscore, then up to 62 lower-case letters, digits or underscores)`},
 		{"UnreachablePostgres", []string{"status", "--db", "postgres://postgres:hunter22@127.0.0.1:1/test?connect_timeout=2"},
 			ExitRuntime, "open postgres database: pgstore: ping: failed to connect to `user=postgres database=test`: ..."},
 		{"SQLiteNoDirectory", []string{"migrate", "--db", "sqlite:///nonexistent/dir/outbox.db"}, ExitRuntime,

@@ -25,7 +25,11 @@ func relayCommand() *ucli.Command {
 		Usage: "run the relay: claim committed messages, publish them, acknowledge them",
 		Description: "Runs until SIGINT or SIGTERM, then finishes the batch in flight and exits 0.\n" +
 			"Logs go to stderr. Brokers, routes and broker options (NATS stream and subjects, prefixes,\n" +
-			"webhook secrets) come from the --config file; --broker alone sends everything to one broker.",
+			"webhook secrets) come from the --config file; --broker alone sends everything to one broker.\n" +
+			"It also archives on a schedule: every --archive-every (1h; 0 = off, off with --delete-sent) it\n" +
+			"moves sent rows older than --archive-older-than (168h) into the table's archive table, created\n" +
+			"on first use (or deletes them: --archive-delete), in short batches. See the archive section of\n" +
+			"docs/operations.md.",
 		Flags: append([]ucli.Flag{configFlag()}, settingFlags()...),
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
 			cfg, err := loadConfig(cmd)
@@ -96,6 +100,9 @@ type statusJSON struct {
 	Dead                 int64   `json:"dead"`
 	SentLastMinute       int64   `json:"sent_last_minute"`
 	SentLastHour         int64   `json:"sent_last_hour"`
+	// OtherStatus counts rows whose status is NULL or not 0, 1 or 2, which
+	// the relay leaves alone (see outbox.Stats.OtherStatus).
+	OtherStatus int64 `json:"other_status"`
 }
 
 func statusCommand() *ucli.Command {
@@ -103,8 +110,11 @@ func statusCommand() *ucli.Command {
 		Name:  "status",
 		Usage: "show the outbox table's backlog: pending, oldest pending, dead, recently sent",
 		Description: "Sent counts are kept only when the relay marks rows sent (not with --delete-sent).\n" +
-			"With --json, one JSON object: table, pending, oldest_pending_seconds, dead, sent_last_minute, sent_last_hour;\n" +
-			"with --watch, one such line per interval (or, without --json, a table under a \"--- time\" line).",
+			"\"other status\" counts rows whose status is NULL or not 0, 1 or 2 (written by another program):\n" +
+			"the relay never publishes them, so look at them if it is not 0.\n" +
+			"With --json, one JSON object: table, pending, oldest_pending_seconds, dead, sent_last_minute,\n" +
+			"sent_last_hour, other_status; with --watch, one such line per interval (or, without --json, a table\n" +
+			"under a \"--- time\" line).",
 		Flags: append([]ucli.Flag{
 			configFlag(),
 			&ucli.BoolFlag{Name: "json", Usage: "print one JSON object instead of a table"},
@@ -164,6 +174,7 @@ func printStatus(ctx context.Context, cmd *ucli.Command, table string, s daemon.
 		return enc.Encode(statusJSON{
 			Table: table, Pending: st.Pending, OldestPendingSeconds: st.OldestPending.Seconds(),
 			Dead: st.Dead, SentLastMinute: st.SentLastMinute, SentLastHour: st.SentLastHour,
+			OtherStatus: st.OtherStatus,
 		})
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -177,6 +188,7 @@ func printStatus(ctx context.Context, cmd *ucli.Command, table string, s daemon.
 	fmt.Fprintf(tw, "dead\t%d\n", st.Dead)
 	fmt.Fprintf(tw, "sent last minute\t%d\n", st.SentLastMinute)
 	fmt.Fprintf(tw, "sent last hour\t%d\n", st.SentLastHour)
+	fmt.Fprintf(tw, "other status\t%d\n", st.OtherStatus)
 	return tw.Flush()
 }
 

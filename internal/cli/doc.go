@@ -4,7 +4,8 @@
 // # Commands
 //
 //   - relay: run the daemon (internal/daemon) until SIGINT or SIGTERM, then
-//     drain and exit 0.
+//     drain and exit 0. It also archives old sent rows on a schedule
+//     (archive_every, on by default).
 //   - migrate: create or upgrade the outbox table.
 //   - status: print the table's backlog, as a table or --json, once or
 //     every --interval with --watch.
@@ -12,7 +13,8 @@
 //     with filters; bulk actions ask for confirmation unless --yes, and
 //     --dry-run changes nothing.
 //   - archive: move (or --delete) sent rows older than --older-than in
-//     batches of --batch rows until none are left, safe while relays run.
+//     batches of --batch rows until none are left, safe while relays run:
+//     the relay's scheduled archive, once, by hand.
 //   - demo: replay the lost-message incident, naive code against the outbox
 //     (internal/demo).
 //

@@ -53,6 +53,21 @@ const (
 	// DefaultDuplicateWindow is the NATS stream's duplicate window: longer
 	// than a lease plus a retry, so a re-sent message is dropped by the stream.
 	DefaultDuplicateWindow = 10 * time.Minute
+
+	// DefaultArchiveEvery is the period of the scheduled archive. It is on
+	// by default because the design keeps sent rows 7 days and then archives
+	// them: a table that only grows slows the claim path, the stats query
+	// and vacuum down, and fills the disk. The rows are moved, not deleted,
+	// so turning it on loses nothing; see Config.ArchiveEvery for what it
+	// does to an existing table.
+	DefaultArchiveEvery = time.Hour
+	// DefaultArchiveOlderThan is how long sent rows stay in the table: 7 days.
+	DefaultArchiveOlderThan = 7 * 24 * time.Hour
+	// DefaultArchiveBatch is how many rows one archive transaction moves.
+	DefaultArchiveBatch = 1000
+	// MaxArchiveBatch is the largest archive batch: the MySQL and SQLite
+	// stores move at most this many rows per call.
+	MaxArchiveBatch = 10_000
 )
 
 // EnvPrefix starts the name of every environment variable the daemon reads:
@@ -71,7 +86,9 @@ type Config struct {
 	// DB is the database URL: postgres://, postgresql://, sqlite://PATH or
 	// mysql://user:pass@host:3306/db. Required.
 	DB Secret `yaml:"db"`
-	// Table is the outbox table, "name" or "schema.name". Default: DefaultTable.
+	// Table is the outbox table, "name" or "schema.name", each part letters,
+	// digits and underscores as the database's store accepts them (lower
+	// case on PostgreSQL). Default: DefaultTable.
 	Table string `yaml:"table"`
 	// DBMaxConns bounds the relay's own database pool. 0 means
 	// ConnsPerRelay per relay loop plus SpareConns. Default: 0.
@@ -122,6 +139,29 @@ type Config struct {
 	Notify bool `yaml:"notify"`
 	// DeleteSent deletes published rows instead of marking them sent. Default: false.
 	DeleteSent bool `yaml:"delete_sent"`
+	// ArchiveEvery is the period of the scheduled archive: the daemon takes
+	// sent rows last updated at least ArchiveOlderThan ago out of the table
+	// (Admin.Archive), ArchiveBatch rows per short transaction, a first time
+	// a minute after it starts (or after ArchiveEvery, when that is shorter)
+	// and then ArchiveEvery after each run ends. The rows go to the archive
+	// table, the table's name plus "_archive" in the same schema, which the
+	// first run creates with the table's columns (so the relay's database
+	// user needs CREATE there); outbox never reads it, so prune it as your
+	// retention says. 0 turns the scheduled archive off; it is off with
+	// DeleteSent too, which leaves no sent rows to archive (the daemon says
+	// so in its log rather than refusing, since the default is on). Default:
+	// DefaultArchiveEvery.
+	ArchiveEvery time.Duration `yaml:"archive_every"`
+	// ArchiveOlderThan is how long a sent row stays in the table before the
+	// scheduled archive takes it; 0 takes every sent row. Default:
+	// DefaultArchiveOlderThan (7 days).
+	ArchiveOlderThan time.Duration `yaml:"archive_older_than"`
+	// ArchiveBatch is how many rows one archive transaction takes, between 1
+	// and MaxArchiveBatch. Default: DefaultArchiveBatch.
+	ArchiveBatch int `yaml:"archive_batch"`
+	// ArchiveDelete makes the scheduled archive delete the rows instead of
+	// moving them, and creates no archive table. Default: false.
+	ArchiveDelete bool `yaml:"archive_delete"`
 	// Ordering turns on per-aggregate ordering. Default: false.
 	Ordering bool `yaml:"ordering"`
 	// DeadPolicy is "block" or "skip": what ordered delivery does with an
@@ -235,6 +275,9 @@ func Default() *Config {
 		ProbeInterval:    outbox.DefaultProbeInterval,
 		MaxProbeInterval: outbox.DefaultMaxProbeInterval,
 		DeadPolicy:       DefaultDeadPolicy,
+		ArchiveEvery:     DefaultArchiveEvery,
+		ArchiveOlderThan: DefaultArchiveOlderThan,
+		ArchiveBatch:     DefaultArchiveBatch,
 		MaxPayload:       outbox.DefaultMaxPayloadSize,
 		LogLevel:         DefaultLogLevel,
 		LogFormat:        DefaultLogFormat,
@@ -505,6 +548,10 @@ func (c *Config) PoolSize() int {
 	}
 	return ConnsPerRelay*max(c.Relays, 1) + SpareConns
 }
+
+// ArchiveScheduled says whether `outbox relay` archives on a schedule:
+// ArchiveEvery is set and the relay keeps sent rows (not DeleteSent).
+func (c *Config) ArchiveScheduled() bool { return c.ArchiveEvery > 0 && !c.DeleteSent }
 
 // EffectiveBrokers returns the brokers the config names: Brokers, or the one
 // broker of the Broker shorthand.

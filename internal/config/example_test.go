@@ -30,7 +30,7 @@ lease: 2s
 	fmt.Println(err)
 	// Output:
 	// db: postgres://outbox:REDACTED@db.internal:5432/shop
-	// table: "orders; drop table orders" is not a valid table name (letters, digits and underscores, optionally schema.table)
+	// table: "orders; drop table orders" is not a valid table name for postgres:// (name or schema.name, each part a lower-case letter or underscore, then up to 62 lower-case letters, digits or underscores)
 	// batch_size: 0 is not between 1 and 100000
 	// lease: 2s is shorter than twice publish_timeout (3s)
 	// line 1: batch_size: "lots" is not a whole number; line 2: unknown key "poll_intervall"

@@ -20,7 +20,8 @@ var DBSchemes = []string{"postgres", "postgresql", "sqlite", "mysql"}
 var BrokerSchemes = []string{"nats", "kafka", "amqp", "amqps", "redis", "rediss", "http", "https", "mqtt", "mqtts"}
 
 var (
-	// tableName is a table or schema.table of plain SQL identifiers.
+	// tableName is a table or schema.table of plain SQL identifiers: the
+	// check when the database is not known (db is missing or invalid).
 	tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
 	// brokerName is what a route may call a broker.
 	brokerName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -66,11 +67,70 @@ func (c *Config) validateDB(p *problems) {
 	case s == "sqlite" && strings.TrimPrefix(c.DB.Value()[len(s)+3:], "/") == "":
 		p.add("db", "sqlite:// needs a file path, e.g. sqlite:///var/lib/outbox.db or sqlite://outbox.db")
 	}
-	if !tableName.MatchString(c.Table) {
-		p.add("table", "%q is not a valid table name (letters, digits and underscores, optionally schema.table)", c.Table)
-	}
+	c.validateTable(p)
 	if c.DBMaxConns < 0 {
 		p.add("db_max_conns", "%d is negative", c.DBMaxConns)
+	}
+}
+
+// tableRule is what one database's store accepts as a table name.
+type tableRule struct {
+	part     *regexp.Regexp // each part of "name" or "schema.name"
+	describe string         // part, in words, for the error
+	reserved string         // a prefix the name (not the schema) must not have, case-insensitive; "" for none
+}
+
+// tableRules copy what each store's New accepts (pgstore's identPart,
+// mysqlstore's and sqlitestore's identPattern and parseTable), so that a
+// name the store would refuse when the relay starts is reported here, with
+// the other config problems and exit code 2. TestTableRulesMatchStores fails
+// when a store's rule changes and these do not. PostgreSQL names must be
+// lower case because pgstore quotes them: "Outbox" would be a different
+// table from the outbox that unquoted SQL means.
+var tableRules = map[string]tableRule{
+	"postgres": {
+		part:     regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`),
+		describe: "a lower-case letter or underscore, then up to 62 lower-case letters, digits or underscores",
+	},
+	"mysql": {
+		part:     regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`),
+		describe: "a letter or underscore, then up to 63 letters, digits or underscores",
+	},
+	"sqlite": {
+		part:     regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`),
+		describe: "a letter or underscore, then up to 62 letters, digits or underscores",
+		reserved: "sqlite_",
+	},
+}
+
+// validateTable checks the table name against the rule of the database db
+// names, or against the loosest rule when db names none it knows (db has
+// its own problem then).
+func (c *Config) validateTable(p *problems) {
+	scheme := c.DB.Scheme()
+	if scheme == "postgresql" {
+		scheme = "postgres"
+	}
+	rule, ok := tableRules[scheme]
+	if !ok {
+		if !tableName.MatchString(c.Table) {
+			p.add("table", "%q is not a valid table name (letters, digits and underscores, optionally schema.table)", c.Table)
+		}
+		return
+	}
+	parts := strings.Split(c.Table, ".")
+	valid := len(parts) <= 2
+	for _, part := range parts {
+		valid = valid && rule.part.MatchString(part)
+	}
+	if !valid {
+		p.add("table", "%q is not a valid table name for %s:// (name or schema.name, each part %s)",
+			c.Table, scheme, rule.describe)
+		return
+	}
+	if name := parts[len(parts)-1]; rule.reserved != "" && strings.HasPrefix(strings.ToLower(name), rule.reserved) {
+		p.add("table", "%q is not a valid table name for %s://: names starting with %s are reserved",
+			c.Table, scheme, rule.reserved)
 	}
 }
 
@@ -243,6 +303,15 @@ func (c *Config) validateRelay(p *problems) {
 	}
 	if c.DeadPolicy != "block" && c.DeadPolicy != "skip" {
 		p.add("dead_policy", "%q is not block or skip", c.DeadPolicy)
+	}
+	if c.ArchiveEvery < 0 {
+		p.add("archive_every", "%v is negative (0 turns the scheduled archive off)", c.ArchiveEvery)
+	}
+	if c.ArchiveOlderThan < 0 {
+		p.add("archive_older_than", "%v is negative (0s archives every sent row)", c.ArchiveOlderThan)
+	}
+	if c.ArchiveBatch < 1 || c.ArchiveBatch > MaxArchiveBatch {
+		p.add("archive_batch", "%d is not between 1 and %d", c.ArchiveBatch, MaxArchiveBatch)
 	}
 	if c.MaxPayload < 0 {
 		p.add("max_payload", "%d is negative (0 means no limit)", c.MaxPayload)

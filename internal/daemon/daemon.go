@@ -117,7 +117,10 @@ func (d *Daemon) HTTPURL() string {
 // With an HTTP address, the relays report to Prometheus metrics (package
 // metrics: one relay label, config.Config.Name, for all loops), the
 // publisher is timed, and the table's backlog is read every StatsInterval.
-// With a trace exporter, each publish gets a span (package tracing).
+// With a trace exporter, each publish gets a span (package tracing). With
+// archive_every (on by default, off with delete_sent), old sent rows are
+// archived on a schedule beside the relays; an archive error is logged,
+// counted and retried at the next period, and never stops Run.
 func (d *Daemon) Run(ctx context.Context) error {
 	if !d.ran.CompareAndSwap(false, true) {
 		return ErrRunTwice
@@ -191,6 +194,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}
 
+	arch, err := d.archiver(db, m)
+	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		return err
+	}
+
 	attrs := []any{slog.String("name", cfg.Name), slog.Int("relays", cfg.Relays), slog.String("table", cfg.Table),
 		slog.String("db_scheme", db.Scheme), slog.Int("db_max_conns", cfg.PoolSize())}
 	names := make([]string, len(brokers))
@@ -213,6 +224,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return r.Run(gctx)
 		})
 	}
+	if arch != nil {
+		g.Go(func() error { return arch.run(gctx) })
+	}
 	if ln != nil {
 		h := d.handler(reg, db, brokers)
 		g.Go(func() error { return m.PollStats(gctx, db.Store, cfg.StatsInterval) })
@@ -224,6 +238,48 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.log.Info("daemon stopped")
 	return nil
+}
+
+// archiver returns the scheduled archive of the config (nil when it is
+// off) and logs what it will do, or why it is off.
+func (d *Daemon) archiver(db *DB, m *metrics.Metrics) (*archiver, error) {
+	c := d.cfg
+	if !c.ArchiveScheduled() {
+		if c.ArchiveEvery > 0 { // off because of delete_sent: say so, since archive_every is on by default
+			d.log.Info("archive not scheduled: delete_sent leaves no sent rows to archive")
+		}
+		return nil, nil
+	}
+	admin, ok := db.Store.(outbox.Admin)
+	if !ok {
+		return nil, errNoAdmin
+	}
+	a := &archiver{
+		admin: admin,
+		p:     outbox.ArchiveParams{OlderThan: c.ArchiveOlderThan, Batch: c.ArchiveBatch, Delete: c.ArchiveDelete},
+		every: c.ArchiveEvery,
+		first: min(c.ArchiveEvery, archiveFirstDelay),
+		log:   d.log.With("component", "archive"),
+		m:     m,
+		scrub: d.scrubAll,
+	}
+	mode := metrics.ArchiveModeDelete
+	if !c.ArchiveDelete {
+		mode = metrics.ArchiveModeMove
+		if t, ok := admin.(interface{ ArchiveTable() string }); ok {
+			a.dest = t.ArchiveTable()
+		}
+	}
+	attrs := []any{slog.String("mode", mode), slog.Duration("every", a.every), slog.Duration("older_than", a.p.OlderThan),
+		slog.Int("batch", a.p.Batch), slog.Duration("first_in", a.first)}
+	if a.dest != "" {
+		attrs = append(attrs, slog.String("archive_table", a.dest))
+	}
+	d.log.Info("archive scheduled", attrs...)
+	if m != nil {
+		m.StartArchive(a.every, a.p.Delete) // before Ready, so that the first scrape has the series
+	}
+	return a, nil
 }
 
 // relayOptions turns the config into the options of relay loop i, which

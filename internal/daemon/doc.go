@@ -35,6 +35,25 @@
 // every relay finishes its batch in flight and acknowledges it, the health
 // server shuts down, and Run closes the brokers and the pool and returns nil.
 //
+// # Scheduled archive
+//
+// Unless archive_every is 0 or delete_sent is on, the daemon takes sent rows
+// last updated more than archive_older_than ago (7 days) out of the table
+// every archive_every (1 h), a first time a minute after it starts (sooner
+// when archive_every is shorter). A run calls outbox.Admin.Archive, one
+// short transaction of archive_batch rows at a time, until a call takes
+// fewer than a batch, resting between batches as long as the batch took
+// (10 ms to 1 s), so that it holds one connection at most about half the
+// time. The rows go to the archive table (the table's name plus _archive,
+// created by the first run) or, with archive_delete, are deleted. Rows are
+// picked with SKIP LOCKED where the database has it, so relays and other
+// daemons archiving the same table never wait on each other. Each run logs
+// one line ("archive run done" with rows, batches and duration; "archive
+// run failed, will retry" at Warn); a failed run never stops the relays.
+// Shutdown cancels the batch in flight, which rolls back. With an HTTP
+// address the runs are counted in outbox_archived_total and
+// outbox_archive_runs_total (package metrics).
+//
 // # Metrics, health and traces
 //
 // With an HTTP address (config http, --http :9090), the relay loops report
