@@ -406,14 +406,9 @@ func (p *Publisher) channelError(pc *pubChannel, doing string, err error) error 
 		err = reason
 	}
 	wrapped := fmt.Errorf("amqppub: %s: %w", doing, err)
-	var (
-		ae     *amqp.Error
-		netErr net.Error
-	)
+	var ae *amqp.Error
 	switch {
-	case pc.conn.IsClosed(), errors.As(err, &netErr), errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		// The socket failed: the connection is gone even if the reader has
-		// not noticed yet.
+	case connectionGone(pc.conn, err):
 		return outbox.Unavailable(wrapped)
 	case errors.As(err, &ae) && (ae.Code == amqp.NotFound || ae.Code == amqp.AccessRefused):
 		// No such exchange, or no permission to it: every message fails the
@@ -421,6 +416,14 @@ func (p *Publisher) channelError(pc *pubChannel, doing string, err error) error 
 		return outbox.Unavailable(wrapped)
 	}
 	return wrapped
+}
+
+// connectionGone reports whether err means that conn's socket failed: the
+// connection is gone even if its reader has not noticed yet.
+func connectionGone(conn *amqp.Connection, err error) bool {
+	var netErr net.Error
+	return conn.IsClosed() || errors.As(err, &netErr) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // Ping returns nil when the Publisher is connected and the broker answers

@@ -2,6 +2,7 @@ package amqppub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -124,7 +125,8 @@ func (p *Publisher) takeOrOpen(ctx context.Context) (*pubChannel, error) {
 	case r := <-result:
 		if r.err != nil {
 			err := fmt.Errorf("amqppub: open channel: %w", r.err)
-			if conn.IsClosed() {
+			// Opening a channel on a closed connection fails with ErrClosed.
+			if connectionGone(conn, r.err) || errors.Is(r.err, amqp.ErrClosed) {
 				return nil, outbox.Unavailable(err)
 			}
 			return nil, err
