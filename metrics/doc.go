@@ -36,6 +36,7 @@
 //	outbox_pending_messages            gauge    status 0 rows
 //	outbox_oldest_pending_age_seconds  gauge    age of the oldest of them
 //	outbox_dead_messages               gauge    status 2 rows
+//	outbox_other_status_messages       gauge    rows with a NULL or unknown status, which the relay never touches
 //	outbox_sent_last_minute_messages   gauge    rows acknowledged in the last minute
 //	outbox_stats_up                    gauge    1 when the last Stats query succeeded
 //	outbox_stats_duration_seconds      gauge    how long it took

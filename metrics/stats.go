@@ -40,10 +40,11 @@ type StatsSource interface {
 // (DefaultStatsInterval when interval is 0) until ctx is done, then returns
 // nil. Each call is bounded by the interval, or 5 s when that is longer. The
 // results are exported as outbox_pending_messages,
-// outbox_oldest_pending_age_seconds, outbox_dead_messages and
-// outbox_sent_last_minute_messages, with outbox_stats_up (1 when the last call
-// succeeded), outbox_stats_duration_seconds and outbox_stats_errors_total
-// beside them; each failure is logged at Warn (see [WithLogger]). The last
+// outbox_oldest_pending_age_seconds, outbox_dead_messages,
+// outbox_other_status_messages and outbox_sent_last_minute_messages, with
+// outbox_stats_up (1 when the last call succeeded),
+// outbox_stats_duration_seconds and outbox_stats_errors_total beside them;
+// each failure is logged at Warn (see [WithLogger]). The last
 // good values outlive one failed call, so an alert's `for` clock survives a
 // hiccup, and vanish once the store stops answering (after two intervals
 // plus the call's timeout), so a dashboard never shows a stale backlog as
@@ -87,10 +88,10 @@ func (m *Metrics) PollStats(ctx context.Context, src StatsSource, interval time.
 
 // statsCollector exports the last snapshot PollStats took.
 type statsCollector struct {
-	pending, oldest, dead, sentMinute *prometheus.Desc
-	up, duration                      *prometheus.Desc
-	errors                            prometheus.Counter
-	log                               *slog.Logger
+	pending, oldest, dead, other, sentMinute *prometheus.Desc
+	up, duration                             *prometheus.Desc
+	errors                                   prometheus.Counter
+	log                                      *slog.Logger
 
 	polling atomic.Bool
 
@@ -113,6 +114,8 @@ func newStatsCollector(labels prometheus.Labels, log *slog.Logger) *statsCollect
 			"Age of the oldest pending row; 0 when none is pending."),
 		dead: desc("outbox_dead_messages",
 			"Rows marked dead (status 2), waiting for an operator to retry or discard them."),
+		other: desc("outbox_other_status_messages",
+			"Rows whose status is NULL or not 0, 1 or 2 (written or changed by another program); the relay never touches them."),
 		sentMinute: desc("outbox_sent_last_minute_messages",
 			"Rows acknowledged as sent in the last minute (0 when the relay deletes sent rows)."),
 		up: desc("outbox_stats_up",
@@ -154,7 +157,7 @@ func (s *statsCollector) poll(ctx context.Context, src StatsSource, interval tim
 }
 
 func (s *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{s.pending, s.oldest, s.dead, s.sentMinute, s.up, s.duration} {
+	for _, d := range []*prometheus.Desc{s.pending, s.oldest, s.dead, s.other, s.sentMinute, s.up, s.duration} {
 		ch <- d
 	}
 	s.errors.Describe(ch)
@@ -179,5 +182,6 @@ func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(s.pending, float64(last.Pending))
 	gauge(s.oldest, last.OldestPending.Seconds())
 	gauge(s.dead, float64(last.Dead))
+	gauge(s.other, float64(last.OtherStatus))
 	gauge(s.sentMinute, float64(last.SentLastMinute))
 }

@@ -57,7 +57,47 @@ func TestPollStatsStoreGoesAway(t *testing.T) {
 	testsvc.Eventually(t, 15*time.Second, func() bool {
 		return series(t, reg, "outbox_pending_messages", nil) == nil &&
 			series(t, reg, "outbox_oldest_pending_age_seconds", nil) == nil &&
-			series(t, reg, "outbox_dead_messages", nil) == nil
+			series(t, reg, "outbox_dead_messages", nil) == nil &&
+			series(t, reg, "outbox_other_status_messages", nil) == nil
 	}, "stale values are still exported")
 	require.Equal(t, 0.0, value(t, reg, "outbox_stats_up", nil))
+}
+
+// TestPollStatsOtherStatus: rows another program gave a status the relay does
+// not know (here 7 and a text) are exported apart from the pending, sent and
+// dead ones, so an operator sees them although the relay never touches them.
+func TestPollStatsOtherStatus(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.write(t, "ORDER_CREATED", 5)
+	for _, tc := range []struct {
+		status any
+		id     int
+	}{{7, 1}, {"sent", 2}} {
+		res, err := b.db.Exec("UPDATE outbox_message SET status = ? WHERE id = ?", tc.status, tc.id)
+		require.NoError(t, err)
+		n, err := res.RowsAffected()
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	m, err := metrics.NewMetrics(reg, metrics.WithRelayName("orders"))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { require.NoError(t, m.PollStats(ctx, b.store, 20*time.Millisecond)) })
+	defer func() { cancel(); wg.Wait() }()
+
+	labels := map[string]string{"relay": "orders"}
+	testsvc.Eventually(t, 5*time.Second, func() bool {
+		return valueOr(t, reg, "outbox_other_status_messages", labels, -1) == 2
+	}, "the other-status rows did not show")
+	require.Equal(t, 3.0, value(t, reg, "outbox_pending_messages", labels), "counted apart from the pending rows")
+	require.Equal(t, 0.0, value(t, reg, "outbox_dead_messages", labels))
+
+	_, err = b.db.Exec("UPDATE outbox_message SET status = 0 WHERE id = 1")
+	require.NoError(t, err)
+	testsvc.Eventually(t, 5*time.Second, func() bool {
+		return value(t, reg, "outbox_other_status_messages", labels) == 1
+	}, "the gauge follows the table")
 }

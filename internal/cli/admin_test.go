@@ -334,6 +334,9 @@ func TestParseAge(t *testing.T) {
 		{in: "1d-1h", err: true},
 		{in: "", err: true},
 		{in: "999999999d", err: true},
+		{in: "-1d", err: true},
+		{in: "106751d", want: 106751 * 24 * time.Hour},
+		{in: "106752d", err: true}, // more than a time.Duration holds
 	} {
 		got, err := parseAge(tc.in)
 		if tc.err {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,29 +80,15 @@ func deadFilter(cmd *ucli.Command) (outbox.DeadFilter, error) {
 	return f, nil
 }
 
-// ageDays matches an age with a day count first: 7d, 1d12h.
-var ageDays = regexp.MustCompile(`^(\d+)d(.*)$`)
-
-// parseAge parses a non-negative age: a Go duration (90m, 36h, 0s, 0) or
-// one with whole days in front (7d, 1d12h).
+// parseAge parses a non-negative age as the config's duration settings take
+// it (config.ParseDuration): a Go duration (90m, 36h, 0s, 0) or one with
+// whole days in front (7d, 1d12h).
 func parseAge(s string) (time.Duration, error) {
-	in := strings.TrimSpace(s)
-	var days time.Duration
-	if m := ageDays.FindStringSubmatch(in); m != nil {
-		n, err := strconv.Atoi(m[1])
-		if err != nil || n > 100_000 {
-			return 0, fmt.Errorf("%q is not an age (like 90m, 36h, 7d)", s)
-		}
-		days, in = time.Duration(n)*24*time.Hour, m[2]
-		if in == "" {
-			return days, nil
-		}
-	}
-	d, err := time.ParseDuration(in)
+	d, err := config.ParseDuration(s)
 	if err != nil || d < 0 {
 		return 0, fmt.Errorf("%q is not an age (like 90m, 36h, 7d)", s)
 	}
-	return days + d, nil
+	return d, nil
 }
 
 // openAdmin opens the database of a dead or archive command and returns its

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -357,8 +358,9 @@ func Parse(data []byte) (*Config, error) {
 	if err := checkShape(&doc); err != nil {
 		return nil, err
 	}
-	// Decode the node again with KnownFields: Node.Decode does not check keys.
-	strict := yaml.NewDecoder(bytes.NewReader(data))
+	// Decode the text again with KnownFields: Node.Decode does not check keys.
+	// Durations written with days are first put in the form the decoder reads.
+	strict := yaml.NewDecoder(bytes.NewReader(expandDays(data, &doc, reflect.TypeFor[Config]())))
 	strict.KnownFields(true)
 	if err := strict.Decode(c); err != nil {
 		return nil, yamlError(err, keysByLine(&doc))

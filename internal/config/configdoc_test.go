@@ -88,7 +88,8 @@ config.Broker and config.Route, and its example. Do not edit by hand; regenerate
 ` + "`outbox relay`" + ` reads its settings from four places, highest precedence first: command-line
 flags, ` + "`OUTBOX_*`" + ` environment variables, the YAML file named by ` + "`--config`" + ` (or ` + "`OUTBOX_CONFIG`" + `),
 and the defaults below. The file is read strictly: an unknown key, a value of the wrong type or a
-second YAML document is an error naming its line. Durations take a unit (` + "`500ms`, `2s`, `1m30s`" + `);
+second YAML document is an error naming its line. Durations take a unit (` + "`500ms`, `2s`, `1m30s`" + `), and
+whole days may lead (` + "`7d`, `1d12h`" + `: a day is 24 hours) in the file, the variables and the flags alike;
 switches take ` + "`true`" + ` or ` + "`false`" + ` (a flag alone, ` + "`--notify`" + `, means true). ` + "`outbox relay --help`" + `
 lists the same settings. ` + "`outbox migrate`, `status`, `dead` and `archive`" + ` read only ` + "`db`" + ` and ` + "`table`" + `.
 

@@ -27,6 +27,7 @@ func FuzzLoad(f *testing.F) {
 		"batch_size: 99999999999999999999\n", "poll_interval: -5s\n", "db: !!binary aGk=\n", "\t\n", "%YAML 1.1\n---\n",
 		"db: sqlite://\nroutes: [{broker: x, topic: '{{'}]\n", "default_route: {broker: default}\nbroker: redis://h\n",
 		"x: 1\nx: 2\n", "a: &a {b: 1}\nc: {<<: *a, b: 2}\n",
+		"archive_older_than: 7d\r\nbrokers: [{name: a, url: 'redis://h', dedup_ttl: \"1d12h\"}]\n", "{name: \"é\", archive_every: 2d}",
 	} {
 		f.Add([]byte(s))
 	}

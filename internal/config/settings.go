@@ -71,7 +71,7 @@ var fields = []field{
 		func(c *Config) any { return &c.DeleteSent }},
 	{Setting{Key: "archive_every", Usage: "take old sent rows out of the table every `DURATION` (into TABLE_archive, created on first use); 0 = off; off with delete_sent"},
 		func(c *Config) any { return &c.ArchiveEvery }},
-	{Setting{Key: "archive_older_than", Usage: "archive sent rows last updated at least `DURATION` ago (168h = 7 days; 0s = all)"},
+	{Setting{Key: "archive_older_than", Usage: "archive sent rows last updated at least `DURATION` ago (36h, 7d; 0s = all)"},
 		func(c *Config) any { return &c.ArchiveOlderThan }},
 	{Setting{Key: "archive_batch", Usage: fmt.Sprintf("archive `N` rows per short transaction (at most %d)", MaxArchiveBatch)},
 		func(c *Config) any { return &c.ArchiveBatch }},
@@ -120,10 +120,10 @@ func Settings() []Setting {
 }
 
 // Set sets the setting with YAML key key from its text form, as written in a
-// flag or environment variable: durations like "1500ms", whole numbers,
-// booleans (true, false, 1, 0). The error says what is wrong with the value
-// but not where it came from, so that the caller can name the flag or the
-// variable.
+// flag or environment variable: durations like "1500ms" or "7d" (see
+// [ParseDuration]), whole numbers, booleans (true, false, 1, 0). The error
+// says what is wrong with the value but not where it came from, so that the
+// caller can name the flag or the variable.
 func (c *Config) Set(key, value string) error {
 	for _, f := range fields {
 		if f.Key == key {
@@ -170,9 +170,9 @@ func parseInto(p any, s string) error {
 		}
 		*p = n
 	case *time.Duration:
-		d, err := time.ParseDuration(strings.TrimSpace(s))
+		d, err := ParseDuration(s)
 		if err != nil {
-			return fmt.Errorf("%q is not a duration (like 500ms, 2s, 1m30s)", s)
+			return err
 		}
 		*p = d
 	case *bool:
@@ -196,7 +196,7 @@ func format(p any) string {
 	case *int:
 		return strconv.Itoa(*p)
 	case *time.Duration:
-		return p.String()
+		return FormatDuration(*p)
 	case *bool:
 		return strconv.FormatBool(*p)
 	}

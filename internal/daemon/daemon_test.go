@@ -410,6 +410,74 @@ func TestReadinessFollowsBrokerOutage(t *testing.T) {
 	require.NoError(t, stop())
 }
 
+// /readyz follows the database too: with PostgreSQL behind a proxy that
+// resets every connection, 503 naming the store (and not its URL), then 200
+// once the database is reachable again, and rows written meanwhile go out.
+func TestReadinessFollowsDatabaseOutage(t *testing.T) {
+	t.Parallel()
+	pool, _, dsn := testsvc.PostgresSchema(t)
+	ctx := context.Background()
+	writer, err := pgstore.New(pool)
+	require.NoError(t, err)
+	require.NoError(t, writer.Migrate(ctx))
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	proxy := faultproxy.New(t, u.Host)
+	u.Host = proxy.Addr()
+	pw, ok := u.User.Password()
+	if !ok { // trust auth ignores it; it is here to check that /readyz never shows it
+		pw = "hunter22"
+		u.User = url.UserPassword(u.User.Username(), pw)
+	}
+	stream := newNATSStream(t)
+	cfg := baseConfig(config.NewSecret(u.String()), stream.broker("events"))
+	cfg.HTTP = "127.0.0.1:0"
+	cfg.ProbeInterval, cfg.MaxProbeInterval = 100*time.Millisecond, 500*time.Millisecond
+	d, err := New(cfg, nil)
+	require.NoError(t, err)
+	stop := running(t, d)
+
+	ready := func() (int, string) {
+		res, err := http.Get(d.HTTPURL() + "/readyz")
+		require.NoError(t, err)
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(body)
+	}
+	code, body := ready()
+	require.Equal(t, http.StatusOK, code, body)
+
+	proxy.Cut()
+	testsvc.Eventually(t, 10*time.Second, func() bool {
+		code, body = ready()
+		return code == http.StatusServiceUnavailable
+	}, "not ready while the database is cut")
+	require.Contains(t, body, "FAIL store: pgstore: ping:", "names the database check")
+	require.Contains(t, body, "ok   broker events", "the broker is still up")
+	require.NotContains(t, body, u.String(), "names the database, not its URL")
+	require.NotContains(t, body, pw)
+
+	// Written straight to PostgreSQL, past the proxy: the relay cannot see
+	// these rows until the database is back for it.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	msgs := make([]*outbox.Message, 3)
+	for i := range msgs {
+		msgs[i] = &outbox.Message{AggregateType: "order", AggregateID: fmt.Sprintf("o-%d", i), EventType: "ORDER_PAID",
+			Payload: []byte(`{}`)}
+	}
+	require.NoError(t, outbox.NewWriter(writer).Write(ctx, tx, msgs...))
+	require.NoError(t, tx.Commit(ctx))
+
+	proxy.Restore()
+	testsvc.Eventually(t, 15*time.Second, func() bool { code, body = ready(); return code == http.StatusOK },
+		"ready again once the database is back")
+	require.Contains(t, body, "ok   store")
+	testsvc.Eventually(t, 20*time.Second, func() bool { return stream.count(t) == uint64(len(msgs)) },
+		"the messages written during the outage go out")
+	require.NoError(t, stop())
+}
+
 // With a trace exporter, each publish gets a span, flushed when Run returns.
 func TestRunTracesPublishes(t *testing.T) {
 	t.Parallel()

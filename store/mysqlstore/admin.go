@@ -171,11 +171,13 @@ func (s *Store) archiveTable() table {
 }
 
 // Archive moves up to p.Batch (at most 10,000) sent rows last updated at
-// least p.OlderThan ago into [Store.ArchiveTable] (created on first use LIKE
-// the table; columns the table gained later are added), or deletes them when
-// p.Delete, in one short READ COMMITTED transaction that skips rows other
+// least p.OlderThan ago into [Store.ArchiveTable] (created LIKE the table by
+// the first call that has a row to move; columns the table gained later are
+// added), or deletes them when p.Delete (which never creates the archive
+// table), in one short READ COMMITTED transaction that skips rows other
 // sessions hold, and returns how many it moved. Callers loop until it
-// returns 0.
+// returns 0. It is safe for concurrent use, also by several processes on one
+// table.
 func (s *Store) Archive(ctx context.Context, p outbox.ArchiveParams) (int64, error) {
 	if p.Batch < 1 {
 		return 0, fmt.Errorf("mysqlstore: archive: batch %d is less than 1", p.Batch)
@@ -183,8 +185,28 @@ func (s *Store) Archive(ctx context.Context, p outbox.ArchiveParams) (int64, err
 	if _, err := s.tableInfo(ctx, s.db); err != nil {
 		return 0, fmt.Errorf("mysqlstore: archive: %w", err)
 	}
+	age := max(p.OlderThan, 0).Microseconds()
+	const old = " WHERE status = 1 AND updated_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
 	var cols string
 	if !p.Delete {
+		s.mu.Lock()
+		ready := s.archiveCols != ""
+		s.mu.Unlock()
+		if !ready {
+			// Create the archive table only for a row to move into it: a
+			// scheduled archive that finds nothing old enough leaves no empty
+			// table behind, and needs no CREATE right until then. The DDL
+			// commits on its own in MySQL, so it cannot wait inside the
+			// transaction below, after the rows are picked.
+			var found int
+			err := s.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM "+s.table.quoted()+old+")", age).Scan(&found)
+			if err != nil {
+				return 0, fmt.Errorf("mysqlstore: archive: %w", err)
+			}
+			if found == 0 {
+				return 0, nil
+			}
+		}
 		var err error
 		if cols, err = s.ensureArchive(ctx); err != nil {
 			return 0, fmt.Errorf("mysqlstore: archive: %w", err)
@@ -197,9 +219,8 @@ func (s *Store) Archive(ctx context.Context, p outbox.ArchiveParams) (int64, err
 			return err
 		}
 		defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-		rows, err := tx.QueryContext(ctx, "SELECT id FROM "+s.table.quoted()+
-			" WHERE status = 1 AND updated_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND LIMIT ? FOR UPDATE SKIP LOCKED",
-			max(p.OlderThan, 0).Microseconds(), min(p.Batch, maxArchiveBatch))
+		rows, err := tx.QueryContext(ctx, "SELECT id FROM "+s.table.quoted()+old+" LIMIT ? FOR UPDATE SKIP LOCKED",
+			age, min(p.Batch, maxArchiveBatch))
 		if err != nil {
 			return err
 		}
@@ -239,7 +260,9 @@ func (s *Store) Archive(ctx context.Context, p outbox.ArchiveParams) (int64, err
 
 // ensureArchive creates the archive table LIKE the table if need be, adds
 // the columns the table has and it lacks, and returns the column list both
-// share. The archive's id keeps the rows' ids.
+// share. The archive's id keeps the rows' ids. Sessions racing through it
+// are fine: CREATE TABLE IF NOT EXISTS takes a metadata lock, and a column
+// another session added in the meantime counts as added.
 func (s *Store) ensureArchive(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	cached := s.archiveCols
@@ -270,7 +293,8 @@ func (s *Store) ensureArchive(ctx context.Context) (string, error) {
 			continue
 		}
 		// The type comes from information_schema of the live table, never from a caller.
-		if _, err := s.db.ExecContext(ctx, "ALTER TABLE "+archive.quoted()+" ADD COLUMN "+quoteIdent(c.name)+" "+c.typ+" NULL"); err != nil {
+		_, err := s.db.ExecContext(ctx, "ALTER TABLE "+archive.quoted()+" ADD COLUMN "+quoteIdent(c.name)+" "+c.typ+" NULL")
+		if err != nil && !isMySQLError(err, errDupFieldName) {
 			return "", fmt.Errorf("add column %s to %s: %w", c.name, archive.raw, err)
 		}
 	}
@@ -280,6 +304,9 @@ func (s *Store) ensureArchive(ctx context.Context) (string, error) {
 	s.mu.Unlock()
 	return cols, nil
 }
+
+// errDupFieldName is ER_DUP_FIELDNAME: the column exists already.
+const errDupFieldName = 1060
 
 type columnDef struct{ name, typ string }
 

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -150,10 +151,12 @@ func (s *Store) eachDeadBatch(ctx context.Context, what string, f outbox.DeadFil
 
 // Archive moves up to p.Batch sent rows last updated at least p.OlderThan ago
 // into the archive table (the table's name with "_archive" appended, in the
-// same schema, created on first use with the table's columns), or deletes
-// them when p.Delete, in one statement, and returns how many it moved. Rows
-// are picked in no particular order so that a call never sorts the whole
-// table; callers loop until it returns 0.
+// same schema, created with the table's columns by the first call that has a
+// row to move), or deletes them when p.Delete (which never creates the
+// archive table), in one statement, and returns how many it moved. Rows are
+// picked in no particular order so that a call never sorts the whole table;
+// callers loop until it returns 0. It is safe for concurrent use, also by
+// several processes on one table.
 func (s *Store) Archive(ctx context.Context, p outbox.ArchiveParams) (int64, error) {
 	if p.Batch < 1 {
 		return 0, fmt.Errorf("pgstore: archive: batch %d is less than 1", p.Batch)
@@ -161,13 +164,29 @@ func (s *Store) Archive(ctx context.Context, p outbox.ArchiveParams) (int64, err
 	if _, err := s.queriesFor(ctx, s.poolRow); err != nil {
 		return 0, err
 	}
-	pick := fmt.Sprintf(`SELECT id FROM %s
-	WHERE status = 1 AND updated_at <= now() - $1::bigint * interval '1 microsecond'
-	LIMIT $2 FOR UPDATE SKIP LOCKED`, s.ident)
+	age := max(p.OlderThan, 0).Microseconds()
+	const old = `status = 1 AND updated_at <= now() - $1::bigint * interval '1 microsecond'`
+	pick := fmt.Sprintf(`SELECT id FROM %s WHERE %s LIMIT $2 FOR UPDATE SKIP LOCKED`, s.ident, old)
 	var sql string
 	if p.Delete {
 		sql = fmt.Sprintf("DELETE FROM %s WHERE id IN (%s)", s.ident, pick)
 	} else {
+		s.mu.Lock()
+		ready := s.archive != nil
+		s.mu.Unlock()
+		if !ready {
+			// Create the archive table only for a row to move into it: a
+			// scheduled archive that finds nothing old enough leaves no empty
+			// table behind, and needs no CREATE right until then.
+			var found bool
+			err := s.pool.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE %s)", s.ident, old), age).Scan(&found)
+			if err != nil {
+				return 0, fmt.Errorf("pgstore: archive: %w", err)
+			}
+			if !found {
+				return 0, nil
+			}
+		}
 		archive, cols, err := s.archiveTable(ctx)
 		if err != nil {
 			return 0, err
@@ -175,7 +194,7 @@ func (s *Store) Archive(ctx context.Context, p outbox.ArchiveParams) (int64, err
 		sql = fmt.Sprintf(`WITH moved AS (DELETE FROM %[1]s WHERE id IN (%[2]s) RETURNING %[3]s)
 INSERT INTO %[4]s (%[3]s) SELECT %[3]s FROM moved`, s.ident, pick, cols, archive)
 	}
-	tag, err := s.pool.Exec(ctx, sql, max(p.OlderThan, 0).Microseconds(), p.Batch)
+	tag, err := s.pool.Exec(ctx, sql, age, p.Batch)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: archive: %w", err)
 	}
@@ -193,7 +212,9 @@ func (s *Store) ArchiveTable() string {
 
 // archiveTable creates the archive table if need be, adds any column the
 // table has and it lacks, and returns its quoted name and the column list
-// both share.
+// both share. The DDL runs under an advisory lock on the archive's name:
+// two sessions racing through CREATE TABLE IF NOT EXISTS can otherwise both
+// miss the table and one fail on the catalog's unique index (SQLSTATE 23505).
 func (s *Store) archiveTable(ctx context.Context) (string, string, error) {
 	s.mu.Lock()
 	ready := s.archive
@@ -218,8 +239,10 @@ func (s *Store) archiveTable(ctx context.Context) (string, string, error) {
 		// typ comes from format_type of the live table, never from a caller.
 		add = append(add, fmt.Sprintf("ADD COLUMN IF NOT EXISTS %s %s", c, typ))
 	}
-	ddl := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (LIKE %s); ALTER TABLE %s %s`,
-		ident, s.ident, ident, strings.Join(add, ", "))
+	// No arguments: pgx sends the statements with the simple protocol, in one
+	// implicit transaction, which the transaction-scoped lock lasts for.
+	ddl := fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d); CREATE TABLE IF NOT EXISTS %s (LIKE %s); ALTER TABLE %s %s`,
+		archiveLockKey(ident), ident, s.ident, ident, strings.Join(add, ", "))
 	if _, err := s.pool.Exec(ctx, ddl); err != nil {
 		return "", "", fmt.Errorf("pgstore: archive: create %s: %w", s.ArchiveTable(), err)
 	}
@@ -228,6 +251,14 @@ func (s *Store) archiveTable(ctx context.Context) (string, string, error) {
 	s.archive = a
 	s.mu.Unlock()
 	return a.ident, a.cols, nil
+}
+
+// archiveLockKey is the advisory lock key under which an archive table is
+// created or extended.
+func archiveLockKey(ident string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("outbox/pgstore/archive " + ident))
+	return int64(h.Sum64())
 }
 
 type archiveInfo struct {

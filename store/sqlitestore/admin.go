@@ -166,11 +166,13 @@ func (s *Store) archiveTable() table {
 }
 
 // Archive moves up to p.Batch (at most 10,000) sent rows last updated at least p.OlderThan
-// ago into [Store.ArchiveTable] (created on first use with the table's
-// columns and declared types; columns the table gained later are added), or
-// deletes them when p.Delete, in one write transaction, and returns how many
-// it moved. Rows are picked in no particular order, so a call never sorts
-// the table; callers loop until it returns 0.
+// ago into [Store.ArchiveTable] (created with the table's columns and
+// declared types by the first call that has a row to move; columns the table
+// gained later are added), or deletes them when p.Delete (which never creates
+// the archive table), in one write transaction, and returns how many it
+// moved. Rows are picked in no particular order, so a call never sorts the
+// table; callers loop until it returns 0. It is safe for concurrent use: the
+// write transaction holds the database's write lock, DDL included.
 func (s *Store) Archive(ctx context.Context, p outbox.ArchiveParams) (int64, error) {
 	if p.Batch < 1 {
 		return 0, fmt.Errorf("sqlitestore: archive: batch %d is less than 1", p.Batch)
@@ -188,12 +190,6 @@ func (s *Store) Archive(ctx context.Context, p outbox.ArchiveParams) (int64, err
 		}
 		defer conn.Close()
 		return inImmediateTx(ctx, conn, func() error {
-			var cols string
-			if !p.Delete {
-				if cols, err = s.ensureArchive(ctx, conn, archive); err != nil {
-					return err
-				}
-			}
 			pick := "SELECT id FROM " + s.table.quoted() +
 				" WHERE status = 1 AND julianday(updated_at) <= julianday(?) LIMIT ?"
 			args := []any{formatTime(time.Now().Add(-max(p.OlderThan, 0))), batch}
@@ -203,7 +199,14 @@ func (s *Store) Archive(ctx context.Context, p outbox.ArchiveParams) (int64, err
 			}
 			in := "id IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ") + ")"
 			if !p.Delete {
-				_, err := conn.ExecContext(ctx, "INSERT INTO "+archive.quoted()+" ("+cols+") SELECT "+cols+
+				// Only now, with rows to move: a scheduled archive that finds
+				// nothing old enough leaves no empty table behind. The DDL is
+				// part of this transaction.
+				cols, err := s.ensureArchive(ctx, conn, archive)
+				if err != nil {
+					return err
+				}
+				_, err = conn.ExecContext(ctx, "INSERT INTO "+archive.quoted()+" ("+cols+") SELECT "+cols+
 					" FROM "+s.table.quoted()+" WHERE "+in, ids...)
 				if err != nil {
 					return fmt.Errorf("copy rows: %w", err)

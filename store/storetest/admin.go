@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,4 +172,118 @@ func (s *suite) adminArchive(t *testing.T) {
 			require.EqualValues(t, 1, f.count("id = ? AND status = 2", ids[4]))
 		})
 	}
+}
+
+// archiveTabler is implemented by the stores that name their archive table.
+type archiveTabler interface{ ArchiveTable() string }
+
+// archiveExists reports whether the store's archive table exists. It skips t
+// when the store does not name its archive table.
+func (f *fx) archiveExists() bool {
+	f.t.Helper()
+	at, ok := f.Store.(archiveTabler)
+	if !ok {
+		f.t.Skipf("%T does not name its archive table (ArchiveTable)", f.Store)
+	}
+	name := at.ArchiveTable()
+	var q string
+	switch f.h.Dialect {
+	case Postgres:
+		q = "SELECT COUNT(*) FROM (SELECT to_regclass($1) AS r) x WHERE r IS NOT NULL" // follows the search_path
+	case MySQL:
+		q = "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
+		name = name[strings.LastIndex(name, ".")+1:]
+	default:
+		q = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?"
+		name = name[strings.LastIndex(name, ".")+1:]
+	}
+	var n int
+	require.NoError(f.t, f.DB.QueryRowContext(f.t.Context(), q, name).Scan(&n), "look for %s", name)
+	return n > 0
+}
+
+// Archive creates the archive table only when a row is old enough to move
+// into it, and deleting never creates it: a relay that archives on a
+// schedule leaves no empty table behind, and a database user without the
+// right to create one sees no error while there is nothing to archive.
+func (s *suite) adminArchiveLazy(t *testing.T) {
+	t.Run("Move", func(t *testing.T) {
+		t.Parallel()
+		f, a := s.admin(t)
+		p := outbox.ArchiveParams{OlderThan: 24 * time.Hour, Batch: 10}
+		n, err := a.Archive(t.Context(), p)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		require.False(t, f.archiveExists(), "an empty outbox table makes no archive table")
+
+		ids := f.writeN(3)
+		ms := f.claimN(3).Messages
+		require.Equal(t, 2, f.ack(false, ms[:2]...))
+		f.kill("dead", ms[2])
+		f.setTime("updated_at", time.Now().Add(-48*time.Hour), ids[2]) // old, but dead
+		n, err = a.Archive(t.Context(), p)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		require.False(t, f.archiveExists(), "recent sent rows and old dead rows make no archive table")
+
+		f.setTime("updated_at", time.Now().Add(-48*time.Hour), ids[0])
+		n, err = a.Archive(t.Context(), p)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		require.True(t, f.archiveExists(), "the first row to move creates it")
+		n, err = a.Archive(t.Context(), p)
+		require.NoError(t, err)
+		require.Zero(t, n, "and it stays, empty handed, once created")
+		require.True(t, f.archiveExists())
+	})
+	t.Run("Delete", func(t *testing.T) {
+		t.Parallel()
+		f, a := s.admin(t)
+		ids := f.writeN(2)
+		require.Equal(t, 2, f.ack(false, f.claimN(2).Messages...))
+		f.setTime("updated_at", time.Now().Add(-48*time.Hour), ids...)
+		n, err := a.Archive(t.Context(), outbox.ArchiveParams{OlderThan: 24 * time.Hour, Batch: 10, Delete: true})
+		require.NoError(t, err)
+		require.EqualValues(t, 2, n)
+		require.False(t, f.archiveExists(), "deleting never creates the archive table")
+	})
+}
+
+// Several processes may start archiving a table at once (relays started
+// together run their first archive a minute later): the first runs race to
+// create the archive table, and every one of them must succeed, with each
+// row moved exactly once.
+func (s *suite) adminArchiveConcurrent(t *testing.T) {
+	f, a := s.admin(t)
+	const rows, runs = 40, 6
+	ids := f.writeN(rows)
+	require.Equal(t, rows, f.ack(false, f.claimN(rows).Messages...))
+	f.setTime("updated_at", time.Now().Add(-48*time.Hour), ids...)
+	var wg sync.WaitGroup
+	moved := make([]int64, runs)
+	errs := make([]error, runs)
+	start := make(chan struct{})
+	for i := range runs {
+		wg.Go(func() {
+			<-start
+			for {
+				n, err := a.Archive(t.Context(), outbox.ArchiveParams{OlderThan: 24 * time.Hour, Batch: 3})
+				if err != nil || n == 0 {
+					errs[i] = err
+					return
+				}
+				moved[i] += n
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	var total int64
+	for i := range runs {
+		require.NoError(t, errs[i], "run %d", i)
+		total += moved[i]
+	}
+	require.EqualValues(t, rows, total, "every row moved once")
+	require.Zero(t, f.count(""))
+	require.True(t, f.archiveExists())
 }

@@ -122,6 +122,8 @@ func Run(t *testing.T, h Harness) {
 		{"AdminRetryDead", s.adminRetryDead},
 		{"AdminDiscardDead", s.adminDiscardDead},
 		{"AdminArchive", s.adminArchive},
+		{"AdminArchiveCreatesTableOnlyForARow", s.adminArchiveLazy},
+		{"AdminArchiveConcurrentFirstRuns", s.adminArchiveConcurrent},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
