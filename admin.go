@@ -19,9 +19,10 @@ type Admin interface {
 	// DiscardDead deletes the dead messages matching f and returns how many.
 	DiscardDead(ctx context.Context, f DeadFilter) (int64, error)
 	// Archive moves up to p.Batch sent rows whose updated_at is older than
-	// p.OlderThan into the archive table (created by the first call that has a row to move), or deletes
-	// them when p.Delete, in one short transaction, and returns how many rows
-	// it moved. Callers loop until it returns 0.
+	// p.OlderThan into the archive table (created by the first call that has
+	// a row to move), or deletes them when p.Delete, in one short
+	// transaction, and returns how many rows it moved. Callers loop until it
+	// returns 0.
 	Archive(ctx context.Context, p ArchiveParams) (int64, error)
 }
 
