@@ -126,12 +126,14 @@ func WithPollInterval(d time.Duration) RelayOption {
 
 // WithMinPollInterval sets the shortest wait between claims while messages
 // trickle in (adaptive polling): after a claim that found rows but not a full
-// batch, the relay looks again after d, and after each claim that finds
-// nothing it waits twice as long as the last time, up to the poll interval.
-// This gives databases without notifications (MySQL, SQLite) a latency of
-// about d under load without a busy loop, while an idle relay settles at one
-// claim per poll interval. It must be at least 1 ms; a value above the poll
-// interval acts as the poll interval. Default: DefaultMinPollInterval (10 ms).
+// batch, the relay looks again after d (with [WithOrdering], as soon as one
+// of its batches is acknowledged, if that comes first), and after each claim
+// that finds nothing it waits twice as long as the last time, up to the poll
+// interval. This gives databases without notifications (MySQL, SQLite) a
+// latency of about d under load without a busy loop, while an idle relay
+// settles at one claim per poll interval. It must be at least 1 ms; a value
+// above the poll interval acts as the poll interval.
+// Default: DefaultMinPollInterval (10 ms).
 func WithMinPollInterval(d time.Duration) RelayOption {
 	return func(c *relayConfig) { c.minPollInterval = d }
 }
@@ -186,10 +188,16 @@ func WithProbeInterval(first, max time.Duration) RelayOption {
 // audit trail for `outbox archive`. Default: false (keep).
 func WithDeleteSent(del bool) RelayOption { return func(c *relayConfig) { c.deleteSent = del } }
 
-// WithOrdering turns on per-aggregate ordering: for each partition key, message
-// k+1 is never published before message k was confirmed, with any number of
-// relays and across retries; policy says what a dead message does to its
-// aggregate's later messages. Default: off (see docs/ordering.md for why).
+// WithOrdering turns on per-aggregate ordering: for each aggregate (a row's
+// aggregate_type and aggregate_id together), message k+1 is never published
+// before the broker confirmed message k, in the order the rows were written,
+// with any number of relays and across retries. Messages of different
+// aggregates may go out in any order. [Message.PartitionKey] plays no part:
+// it only tells the broker where to put a message, so keep it equal to the
+// aggregate id (the default) or coarser, or the broker may spread out what
+// the relay kept in order. policy says what a dead message does to its
+// aggregate's later messages. Default: off (docs/ordering.md says why, and
+// what writers must do so that write order is commit order).
 func WithOrdering(on bool, policy DeadPolicy) RelayOption {
 	return func(c *relayConfig) { c.ordered, c.deadPolicy = on, policy }
 }

@@ -97,11 +97,13 @@ func (r *Relay) Notify() {
 // down.
 //
 // Run claims a new batch at once while claims come back full, after the
-// minimum poll interval when the last claim found some rows, and otherwise
-// after a wait that doubles with each empty claim up to the poll interval
-// (adaptive polling); [Relay.Notify] and the store's notifications cut the
-// wait short, and notifications that arrive before a claim are all answered
-// by that one claim. With [WithMaxInFlight] above 1 it claims the next batch
+// minimum poll interval when the last claim found some rows (with ordering,
+// as soon as one of its batches is acknowledged, if that comes first: that is
+// what makes the aggregates' next messages claimable), and otherwise after a
+// wait that doubles with each empty claim up to the poll interval (adaptive
+// polling); [Relay.Notify] and the store's notifications cut the wait short,
+// and notifications that arrive before a claim are all answered by that one
+// claim. With [WithMaxInFlight] above 1 it claims the next batch
 // while earlier ones are at the broker.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
@@ -211,9 +213,28 @@ func (p *pipeline) loop(ctx context.Context) {
 		p.dispatch(ctx, b)
 		p.delay = p.minPoll
 		if b.ev.Claimed < r.cfg.batchSize {
-			r.sleep(ctx, p.minPoll)
+			p.afterPartial(ctx)
 		}
 	}
+}
+
+// afterPartial waits after a claim that came back short of the batch size.
+// Without ordering, a short claim means the due backlog is empty, so the
+// relay looks again after the minimum poll interval. With ordering, it
+// usually means the rest of the backlog waits behind messages in flight (an
+// aggregate's next message is claimable only once the previous one is
+// acknowledged), so the settling of one of this relay's batches is exactly
+// what frees more: the relay claims again as soon as a batch settles, and
+// after the minimum poll interval at the latest (the heads another relay
+// holds are freed without telling this one). This is not a busy loop: every
+// early claim follows an acknowledgement, and a claim that finds nothing
+// backs off as usual.
+func (p *pipeline) afterPartial(ctx context.Context) {
+	if p.r.cfg.ordered {
+		p.idle(ctx, p.minPoll)
+		return
+	}
+	p.r.sleep(ctx, p.minPoll)
 }
 
 // idle waits for d, a notification or ctx. While batches are in flight it
@@ -328,7 +349,7 @@ func (p *pipeline) probeDestination(ctx context.Context) {
 		}
 	}
 	if pg, ok := r.pub.(Pinger); ok {
-		if err := pg.Ping(ctx); err != nil {
+		if err := r.ping(ctx, pg); err != nil {
 			p.pauseNext = true
 			return
 		}
@@ -563,14 +584,22 @@ func (r *Relay) destinationDown(ctx context.Context, errs []error) error {
 		return nil
 	}
 	if p, ok := r.pub.(Pinger); ok {
-		pctx, cancel := context.WithTimeout(ctx, r.cfg.publishTimeout)
-		defer cancel()
-		if err := p.Ping(pctx); err != nil {
+		if err := r.ping(ctx, p); err != nil {
 			return fmt.Errorf("%w (ping: %v)", first, err)
 		}
 		return nil
 	}
 	return wholeBatchUnavailable(errs)
+}
+
+// ping asks the publisher whether its destination answers, within the
+// publish timeout: a broker that accepts the connection and then says
+// nothing must not hold the relay (a settling batch, or the probe of a
+// destination that is down) for longer than a publish would.
+func (r *Relay) ping(ctx context.Context, p Pinger) error {
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.publishTimeout)
+	defer cancel()
+	return p.Ping(pctx)
 }
 
 // report logs and hooks the fate of every message of a batch.
