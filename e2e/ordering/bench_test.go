@@ -171,3 +171,34 @@ func BenchmarkClaimAck(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHotAggregate drains a backlog of 300 messages of one aggregate
+// with two relays, ordering on, and reports msgs/s: the per-aggregate cap of
+// one message per claim, publish and acknowledge cycle, with an in-memory
+// publisher and the relays polling every 10 ms.
+//
+//	go test -run '^$' -bench HotAggregate -benchtime 1x -count 3 ./e2e/ordering
+func BenchmarkHotAggregate(b *testing.B) {
+	const rows = 300
+	for _, db := range backends {
+		b.Run(db.name, func(b *testing.B) {
+			var total time.Duration
+			for range b.N {
+				b.StopTimer()
+				be := db.new(b)
+				be.writeAll(b, interleaved(1, rows), 100)
+				cp := &countingPublisher{}
+				b.StartTimer()
+				start := time.Now()
+				stop := relays(b, be, 2, cp, outbox.WithOrdering(true, outbox.DeadBlocks))
+				for cp.n.Load() < rows {
+					time.Sleep(time.Millisecond)
+				}
+				total += time.Since(start)
+				b.StopTimer()
+				stop()
+			}
+			b.ReportMetric(float64(rows*b.N)/total.Seconds(), "msgs/s")
+		})
+	}
+}

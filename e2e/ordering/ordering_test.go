@@ -38,58 +38,72 @@ func retryFaults(freeze time.Duration) func(*outbox.Message, body) fault {
 // aggregate reaches the broker only after message k was confirmed; the only
 // copies out of order are late duplicates from frozen relays, of messages the
 // broker already had. With ordering off, the same faults reorder aggregates
-// (the control that shows the check can fail).
+// (the control that shows the check can fail). Two shapes: many aggregates
+// with short backlogs, and fewer aggregates than the batch size with backlogs
+// deeper than an ordered claim's window, where claims come back short while
+// other relays hold heads and the stores switch to finding heads aggregate by
+// aggregate (docs/ordering.md, "Per claim").
 func TestOrderAcrossRelaysAndRetries(t *testing.T) {
 	t.Parallel()
-	const aggs, perAgg = 30, 12
-	for _, db := range backends {
-		for _, ordered := range []bool{true, false} {
-			name := db.name + map[bool]string{true: "/Ordered", false: "/UnorderedControl"}[ordered]
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				be := db.new(t)
-				msgs := interleaved(aggs, aggs*perAgg)
-				half := len(msgs) / 2
-				be.writeAll(t, msgs[:half], 10)
-
-				freeze := time.Duration(0)
-				if ordered {
-					freeze = 700 * time.Millisecond // past the lease: another relay takes the batch over
+	type shape struct {
+		name         string
+		aggs, perAgg int
+		control      bool // also run with ordering off
+	}
+	for _, sh := range []shape{{"ManyAggregates", 30, 12, true}, {"FewAggregates", 8, 60, false}} {
+		aggs, perAgg := sh.aggs, sh.perAgg
+		for _, db := range backends {
+			for _, ordered := range []bool{true, false} {
+				if !ordered && !sh.control {
+					continue
 				}
-				br := newBroker(t, retryFaults(freeze))
-				relays(t, be, 4, br, outbox.WithOrdering(ordered, outbox.DeadBlocks), outbox.WithBatchSize(16),
-					outbox.WithBackoff(5*time.Millisecond, 40*time.Millisecond), outbox.WithMaxAttempts(10),
-					outbox.WithPublishTimeout(200*time.Millisecond), outbox.WithLease(500*time.Millisecond))
-				be.writeAll(t, msgs[half:], 10) // producers keep writing while the relays run
+				name := sh.name + "/" + db.name + map[bool]string{true: "/Ordered", false: "/UnorderedControl"}[ordered]
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					be := db.new(t)
+					msgs := interleaved(aggs, aggs*perAgg)
+					half := len(msgs) / 2
+					be.writeAll(t, msgs[:half], 10)
 
-				testsvc.Eventually(t, 60*time.Second, func() bool { return br.distinct() == len(msgs) },
-					"every message delivered (%d of %d so far)", br.distinct(), len(msgs))
-				testsvc.Eventually(t, 20*time.Second, func() bool {
-					return be.mustCount(t, "status = 1") == int64(len(msgs))
-				}, "every row acknowledged")
-				st := br.stats()
-				t.Logf("%s: %d deliveries of %d messages, %d failed attempts, %d freezes, %d stale duplicates, %d violations",
-					name, st.Deliveries, len(msgs), st.Failed, st.Frozen, st.Stale, len(st.Violations))
-				require.NotZero(t, st.Failed, "faults were injected")
-				require.Zero(t, be.mustCount(t, "status = 2"), "nothing went dead")
-
-				if !ordered {
-					require.NotEmpty(t, st.Violations, "without ordering, retries reorder aggregates")
-					return
-				}
-				require.Empty(t, st.Violations)
-				for a := range aggs {
-					agg := fmt.Sprintf("agg-%d", a)
-					want := make([]int, perAgg)
-					for i := range want {
-						want[i] = i
+					freeze := time.Duration(0)
+					if ordered {
+						freeze = 700 * time.Millisecond // past the lease: another relay takes the batch over
 					}
-					require.Equal(t, want, br.firstOrder(agg), "first copies of %s in order", agg)
-				}
-				if st.Frozen > 0 {
-					require.Greater(t, st.Deliveries, len(msgs), "a frozen relay's batch is delivered twice")
-				}
-			})
+					br := newBroker(t, retryFaults(freeze))
+					relays(t, be, 4, br, outbox.WithOrdering(ordered, outbox.DeadBlocks), outbox.WithBatchSize(16),
+						outbox.WithBackoff(5*time.Millisecond, 40*time.Millisecond), outbox.WithMaxAttempts(10),
+						outbox.WithPublishTimeout(200*time.Millisecond), outbox.WithLease(500*time.Millisecond))
+					be.writeAll(t, msgs[half:], 10) // producers keep writing while the relays run
+
+					testsvc.Eventually(t, 60*time.Second, func() bool { return br.distinct() == len(msgs) },
+						"every message delivered (%d of %d so far)", br.distinct(), len(msgs))
+					testsvc.Eventually(t, 20*time.Second, func() bool {
+						return be.mustCount(t, "status = 1") == int64(len(msgs))
+					}, "every row acknowledged")
+					st := br.stats()
+					t.Logf("%s: %d deliveries of %d messages, %d failed attempts, %d freezes, %d stale duplicates, %d violations",
+						name, st.Deliveries, len(msgs), st.Failed, st.Frozen, st.Stale, len(st.Violations))
+					require.NotZero(t, st.Failed, "faults were injected")
+					require.Zero(t, be.mustCount(t, "status = 2"), "nothing went dead")
+
+					if !ordered {
+						require.NotEmpty(t, st.Violations, "without ordering, retries reorder aggregates")
+						return
+					}
+					require.Empty(t, st.Violations)
+					for a := range aggs {
+						agg := fmt.Sprintf("agg-%d", a)
+						want := make([]int, perAgg)
+						for i := range want {
+							want[i] = i
+						}
+						require.Equal(t, want, br.firstOrder(agg), "first copies of %s in order", agg)
+					}
+					if st.Frozen > 0 {
+						require.Greater(t, st.Deliveries, len(msgs), "a frozen relay's batch is delivered twice")
+					}
+				})
+			}
 		}
 	}
 }

@@ -77,8 +77,10 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, rechec
 	c := &outbox.Claim{}
 	var ids []any
 	taken := map[int64]bool{}
-	// read runs a locking SELECT and keeps the rows it has not taken yet, up to the limit.
-	read := func(query string, args ...any) error {
+	// read runs a locking SELECT and keeps the rows it has not taken yet, up
+	// to the limit. With extra, each row ends with one more column, scanned
+	// into it (the same in every row).
+	read := func(extra *int64, query string, args ...any) error {
 		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
 			return fmt.Errorf("lock rows: %w", err)
@@ -91,6 +93,9 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, rechec
 			ptrs[0], ptrs[1] = &id, &retries
 			for i := range vals {
 				ptrs[i+2] = &vals[i]
+			}
+			if extra != nil {
+				ptrs = append(ptrs, extra)
 			}
 			if err := rows.Scan(ptrs...); err != nil {
 				return fmt.Errorf("read row: %w", err)
@@ -113,11 +118,19 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, rechec
 		}
 		return rows.Close()
 	}
-	if ord == nil {
-		if err := read(q, p.Limit); err != nil {
+	switch {
+	case ord == nil:
+		if err := read(nil, q, p.Limit); err != nil {
 			return nil, err
 		}
-	} else {
+	case s.fewAggregates(p):
+		// Every aggregate fits in one claim: the loose scan alone (ordered.go).
+		var aggs int64
+		if err := read(&aggs, ord.heads, p.Limit); err != nil {
+			return nil, err
+		}
+		s.countAggregates(p, aggs)
+	default:
 		bound := int64(math.MaxInt64)
 		beyond := true
 		switch err := tx.QueryRowContext(ctx, ord.bound).Scan(&bound); {
@@ -126,15 +139,17 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, rechec
 		case err != nil:
 			return nil, fmt.Errorf("read the window: %w", err)
 		}
-		if err := read(ord.walk, bound, p.Limit); err != nil {
+		if err := read(nil, ord.walk, bound, p.Limit); err != nil {
 			return nil, err
 		}
 		if len(ids) < p.Limit && beyond {
 			// Rows the walk took come back too (this transaction's own locks
 			// are not skipped); read drops them.
-			if err := read(ord.heads, p.Limit); err != nil {
+			var aggs int64
+			if err := read(&aggs, ord.heads, p.Limit); err != nil {
 				return nil, err
 			}
+			s.countAggregates(p, aggs)
 			slices.SortFunc(c.Messages, func(a, b *outbox.Message) int { return cmp.Compare(a.RowID, b.RowID) })
 			slices.SortFunc(c.Malformed, func(a, b outbox.MalformedRow) int { return cmp.Compare(a.Message.RowID, b.Message.RowID) })
 		}

@@ -2,6 +2,7 @@ package mysqlstore
 
 import (
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -139,6 +140,138 @@ func TestOrderedClaimBeyondTheWindow(t *testing.T) {
 	got, _ = claimOrdered(t, s, 10, true)
 	require.Equal(t, []string{"hot#1", "a-00#1", "a-01#1", "a-02#1", "a-03#1", "a-04#1", "a-05#1", "a-06#1", "a-07#1", "a-08#1"}, got,
 		"the limit holds, oldest heads first")
+}
+
+// TestOrderedProbesReadOneEntry runs the walk and the re-check over a deep
+// backlog of three aggregates, with ANALYZE: each "earlier row" probe must
+// read one entry of the head index, not every pending row of its aggregate
+// (which MySQL and MariaDB do for NOT EXISTS (... AND h.id < c.id) on a head),
+// and the re-check must not turn into a join over every pending row.
+func TestOrderedProbesReadOneEntry(t *testing.T) {
+	t.Parallel()
+	s, db := orderedStore(t)
+	ctx := t.Context()
+	var msgs []*outbox.Message
+	for i := range 300 {
+		for _, agg := range []string{"a", "b", "c"} {
+			msgs = append(msgs, &outbox.Message{MessageID: fmt.Sprintf("%s-%d", agg, i), AggregateType: "order",
+				AggregateID: agg, EventType: "E", Payload: fmt.Appendf(nil, "%d", i)})
+		}
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, outbox.NewWriter[*sql.Tx](s).Write(ctx, tx, msgs...))
+	require.NoError(t, tx.Commit())
+	_, err = db.ExecContext(ctx, "ANALYZE TABLE outbox_message")
+	require.NoError(t, err)
+
+	p := outbox.ClaimParams{Limit: 10, Lease: time.Hour, Ordered: true, BlockOnDead: true}
+	info, err := s.tableInfo(ctx, db)
+	require.NoError(t, err)
+	_, sel := s.claimSQL(info, p)
+	ord := s.orderedClaimSQL(info, p, sel)
+	require.NotNil(t, ord)
+	var bound int64
+	require.NoError(t, db.QueryRowContext(ctx, ord.bound).Scan(&bound))
+	heads := []any{int64(1), int64(2), int64(3)} // a#0, b#0, c#0
+
+	for _, tc := range []struct {
+		name  string
+		query string
+		args  []any
+	}{
+		{"Walk", ord.walk, []any{bound, p.Limit}},
+		{"Recheck", s.recheckSQL(info, p) + placeholders(len(heads)) + ")", heads},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, tx.Rollback()) }() // ANALYZE runs the locking read: let go of it
+			var plan string
+			require.NoError(t, tx.QueryRowContext(ctx, "ANALYZE FORMAT=JSON "+tc.query, tc.args...).Scan(&plan))
+			var tree any
+			require.NoError(t, json.Unmarshal([]byte(plan), &tree))
+			read := 0.0 // index entries of the probed table h read, over all executions
+			var visit func(n any)
+			visit = func(n any) {
+				switch n := n.(type) {
+				case map[string]any:
+					if n["table_name"] == "h" {
+						loops, _ := n["r_loops"].(float64)
+						rows, _ := n["r_rows"].(float64)
+						read += loops * rows
+					}
+					for _, v := range n {
+						visit(v)
+					}
+				case []any:
+					for _, v := range n {
+						visit(v)
+					}
+				}
+			}
+			visit(tree)
+			// Three aggregates, two statuses: a handful of dives of one entry each.
+			require.LessOrEqual(t, read, 12.0, "index entries the probes read:\n%s", plan)
+		})
+	}
+}
+
+// TestOrderedClaimFewAggregatesSkipsTheWalk gives three aggregates a deep,
+// interleaved backlog, the shape where every claim is short while other
+// relays hold heads: once a loose scan has counted the aggregates, and they
+// are no more than the limit, claims run the loose scan alone and take every
+// head there is and nothing else; when more aggregates turn up than the
+// limit, claims go back to the walk.
+func TestOrderedClaimFewAggregatesSkipsTheWalk(t *testing.T) {
+	t.Parallel()
+	s, db := orderedStore(t)
+	ctx := t.Context()
+	var msgs []*outbox.Message
+	for i := range 300 {
+		for _, agg := range []string{"a", "b", "c"} {
+			msgs = append(msgs, &outbox.Message{MessageID: fmt.Sprintf("%s-%d", agg, i), AggregateType: "order",
+				AggregateID: agg, EventType: "E", Payload: fmt.Appendf(nil, "%d", i)})
+		}
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, outbox.NewWriter[*sql.Tx](s).Write(ctx, tx, msgs...))
+	require.NoError(t, tx.Commit())
+	p := outbox.ClaimParams{Limit: 10, Lease: time.Hour, Ordered: true, BlockOnDead: true}
+
+	got, a0 := claimOrdered(t, s, 1, true) // another relay holds a#0
+	require.Equal(t, []string{"a#0"}, got)
+	require.False(t, s.fewAggregates(p), "nothing counted yet")
+
+	steps := []struct {
+		name    string
+		before  func(t *testing.T)
+		want    []string
+		wantFew bool // the next claim runs the loose scan alone
+	}{
+		{name: "ShortClaimWalksThenCountsTheAggregates", want: []string{"b#0", "c#0"}, wantFew: true},
+		{name: "LooseScanAloneTakesNothingHeld", want: nil, wantFew: true},
+		{name: "AndTheNextHeadsOnceAcknowledged", before: func(t *testing.T) {
+			_, err := s.Ack(ctx, outbox.AckParams{Messages: a0})
+			require.NoError(t, err)
+		}, want: []string{"a#1"}, wantFew: true},
+		{name: "MoreAggregatesThanTheLimit", before: func(t *testing.T) {
+			for i := range 12 {
+				writeAgg(t, s, db, fmt.Sprintf("x-%02d", i), 1)
+			}
+		}, want: []string{"x-00#0", "x-01#0", "x-02#0", "x-03#0", "x-04#0", "x-05#0", "x-06#0", "x-07#0", "x-08#0", "x-09#0"},
+			wantFew: false},
+		{name: "SendTheNextClaimBackToTheWalk", want: []string{"x-10#0", "x-11#0"}, wantFew: false},
+	}
+	for _, st := range steps { // in order: each step starts where the last one left the table
+		if st.before != nil {
+			st.before(t)
+		}
+		got, _ := claimOrdered(t, s, p.Limit, true)
+		require.Equal(t, st.want, got, st.name)
+		require.Equal(t, st.wantFew, s.fewAggregates(p), st.name)
+	}
 }
 
 // TestOrderedClaimDeadPolicyBeyondTheWindow checks that the loose scan keeps

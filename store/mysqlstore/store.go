@@ -62,6 +62,7 @@ type Store struct {
 	mu          sync.Mutex
 	info        *tableInfo // detected once; nil until then, reset by Migrate
 	archiveCols string     // columns Archive moves, once it made sure of its table
+	aggregates  [2]int64   // ordered claims, by BlockOnDead: aggregates the last loose scan counted (ordered.go)
 }
 
 // Option configures a [Store].

@@ -35,6 +35,19 @@ import (
 // unchanged; only the cost is: at most the window plus one probe per
 // aggregate visited. A table without the head index keeps the single,
 // unbounded walk.
+//
+// A claim that comes back short (other relays hold some of the heads, or
+// messages wait out a backoff) runs the skip scan every time, and when the
+// skip scan goes through every aggregate without filling the claim, it
+// reports how many aggregates it visited. When that count is at most the
+// claim's limit, the next claim skips the walk and runs the skip scan alone,
+// from the first aggregate: it visits every aggregate, fewer than the rows
+// the window holds, in one statement instead of three, and can take every
+// head there is, so the order in which it finds them does not matter. This
+// is the common shape of a deep backlog of few aggregates (fewer than the
+// batch size), where the walk and the skip scan each cost as much as the
+// whole claim should. A skip scan that fills the claim, or visits more
+// aggregates than the limit, sends the next claim back to the walk.
 
 // headIndexSuffix names the index the skip scan reads: (aggregate_type,
 // aggregate_id, id) of pending and dead rows, in the "C" collation so that
@@ -47,15 +60,25 @@ func orderedWindow(limit int) int { return max(4*limit, 256) }
 
 // orderedQueries are the statements of ordered claims, for one dead policy.
 type orderedQueries struct {
-	walk      string // bounded walk; $1 limit, $2 lease µs, $3 window; returns the claimed columns plus "beyond"
-	headsFrom string // skip scan of aggregates after ($3, $4); $1 limit, $2 lease µs
-	headsUpTo string // skip scan of aggregates up to ($3, $4) inclusive
+	// walk is the bounded walk; $1 limit, $2 lease µs, $3 window. It returns
+	// the claimed columns plus "beyond" (more due rows lie beyond the window).
+	walk string
+	// headsFrom is the skip scan of aggregates after ($3, $4); $1 limit, $2
+	// lease µs. It returns the claimed columns plus the number of aggregates
+	// it visited when it went through all of them without filling the limit
+	// (NULL otherwise).
+	headsFrom string
+	headsUpTo string // the same for the aggregates up to ($3, $4) inclusive
 }
 
 // orderedState is what a Store knows about its table for ordered claims.
 type orderedState struct {
 	headIndex bool
 	q         [2]orderedQueries // by blockOnDead: 0 = dead rows do not block, 1 = they do
+	// aggs is, by blockOnDead, how many aggregates (with a pending row, or a
+	// dead one when dead rows block) the last skip scan that went through
+	// all of them visited; 0 when unknown. Guarded by Store.mu.
+	aggs [2]int64
 }
 
 // orderedCursor is where the skip scan stopped: the last aggregate it
@@ -78,14 +101,21 @@ SET retry_count = COALESCE(o.retry_count, 0) + 1,
 FROM c
 WHERE o.id = c.id
 RETURNING %[2]s`, table, q.columnList)
+		// The walk probes only the first row of each aggregate in the window:
+		// a later row of the same aggregate there is never a head, since that
+		// first row is pending before it. With a few aggregates holding a deep
+		// backlog, that is one probe per aggregate instead of one per row.
 		out[i].walk = fmt.Sprintf(`WITH win AS (
-	SELECT w.id FROM %[1]s AS w
+	SELECT w.id, w.aggregate_type, w.aggregate_id FROM %[1]s AS w
 	WHERE w.status = 0 AND (w.next_retry_at IS NULL OR w.next_retry_at <= now())
 	ORDER BY w.id
 	LIMIT $3::bigint + 1
+), firsts AS (
+	SELECT min(x.id) AS id FROM (SELECT id, aggregate_type, aggregate_id FROM win ORDER BY id LIMIT $3) AS x
+	GROUP BY x.aggregate_type, x.aggregate_id
 ), c AS (
 	SELECT o.id FROM %[1]s AS o
-	WHERE o.id IN (SELECT id FROM win ORDER BY id LIMIT $3)
+	WHERE o.id IN (SELECT id FROM firsts)
 	  AND o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
 	  AND NOT EXISTS (SELECT 1 FROM %[1]s AS p
 		WHERE p.aggregate_type COLLATE "C" = o.aggregate_type AND p.aggregate_id COLLATE "C" = o.aggregate_id
@@ -120,9 +150,15 @@ SELECT u.*, b.beyond FROM (SELECT count(*) > $3 AS beyond FROM win) AS b LEFT JO
 	WHERE heads.status = 0 AND o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())%[6]s
 	LIMIT $1
 	FOR UPDATE OF o SKIP LOCKED
+), u AS (
+%[5]s
 )
-%[5]s`, table, blocking, first, next, update, async)
+SELECT u.*, v.visited FROM (SELECT CASE WHEN (SELECT count(*) FROM c) < $1 THEN (SELECT count(*) FROM heads) END AS visited) AS v
+	LEFT JOIN u ON true`, table, blocking, first, next, indent(update), async)
 		}
+		// The count of visited aggregates costs nothing more: it is taken
+		// only when c came back short, so the recursion already ran to the
+		// end and heads is fully computed.
 		const key = `(h.aggregate_type COLLATE "C", h.aggregate_id COLLATE "C")`
 		out[i].headsFrom = heads(key+" > ($3::text, $4::text)", "")
 		out[i].headsUpTo = heads(key+" <= ($3::text, $4::text)", "\n\t\t  AND "+key+" <= ($3::text, $4::text)")
@@ -183,29 +219,49 @@ func (s *Store) claimOrdered(ctx context.Context, q *queries, p outbox.ClaimPara
 		return claim, nil
 	}
 
-	oq := st.q[0]
+	policy := 0
 	if p.BlockOnDead {
-		oq = st.q[1]
+		policy = 1
 	}
-	beyond, err := s.claimInto(ctx, claim, q, oq.walk, true, p.Limit, lease, orderedWindow(p.Limit))
-	if err != nil {
+	oq := st.q[policy]
+	s.mu.Lock()
+	aggs, cur := st.aggs[policy], s.cursor
+	s.mu.Unlock()
+	if aggs > 0 && aggs <= int64(p.Limit) {
+		// Few aggregates: the skip scan alone, from the first aggregate.
+		var visited pgtype.Int8
+		if err := s.claimRows(ctx, claim, q, oq.headsFrom, []any{&visited}, p.Limit, lease, "", ""); err != nil {
+			return nil, err
+		}
+		s.setAggregates(st, policy, visited)
+		sortClaim(claim)
+		return claim, nil
+	}
+
+	var beyond bool
+	if err := s.claimRows(ctx, claim, q, oq.walk, []any{&beyond}, p.Limit, lease, orderedWindow(p.Limit)); err != nil {
 		return nil, err
 	}
 	if n := claimed(claim); n < p.Limit && beyond {
-		s.mu.Lock()
-		cur := s.cursor
-		s.mu.Unlock()
 		from := &outbox.Claim{}
-		if _, err := s.claimInto(ctx, from, q, oq.headsFrom, false, p.Limit-n, lease, cur.aggType, cur.aggID); err != nil {
+		var visitedFrom, visitedUpTo pgtype.Int8
+		if err := s.claimRows(ctx, from, q, oq.headsFrom, []any{&visitedFrom}, p.Limit-n, lease, cur.aggType, cur.aggID); err != nil {
 			return nil, err
 		}
 		upTo := &outbox.Claim{}
 		if m := claimed(from); n+m < p.Limit && cur.set {
-			if _, err := s.claimInto(ctx, upTo, q, oq.headsUpTo, false, p.Limit-n-m, lease,
+			if err := s.claimRows(ctx, upTo, q, oq.headsUpTo, []any{&visitedUpTo}, p.Limit-n-m, lease,
 				cur.aggType, cur.aggID); err != nil {
 				return nil, err
 			}
 		}
+		// The skip scan went through every aggregate when neither part
+		// filled the claim (without a cursor, the first part is all of them).
+		if cur.set {
+			visitedFrom.Int64 += visitedUpTo.Int64
+			visitedFrom.Valid = visitedFrom.Valid && visitedUpTo.Valid
+		}
+		s.setAggregates(st, policy, visitedFrom)
 		// The round robin goes on after the last aggregate the skip scan
 		// claimed from, in its last pass.
 		last := upTo
@@ -224,6 +280,17 @@ func (s *Store) claimOrdered(ctx context.Context, q *queries, p outbox.ClaimPara
 	}
 	sortClaim(claim)
 	return claim, nil
+}
+
+// setAggregates records how many aggregates a skip scan that went through
+// all of them visited; visited is NULL when the skip scan filled the claim.
+func (s *Store) setAggregates(st *orderedState, policy int, visited pgtype.Int8) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st.aggs[policy] = 0
+	if visited.Valid {
+		st.aggs[policy] = visited.Int64
+	}
 }
 
 func claimed(c *outbox.Claim) int { return len(c.Messages) + len(c.Malformed) }
@@ -251,27 +318,40 @@ func lastAggregate(c *outbox.Claim) (orderedCursor, bool) {
 // and a row whose id is NULL carries only that flag; claimInto returns it.
 func (s *Store) claimInto(ctx context.Context, claim *outbox.Claim, q *queries, sql string, withBeyond bool,
 	args ...any) (bool, error) {
+	var beyond bool
+	var flags []any
+	if withBeyond {
+		flags = []any{&beyond}
+	}
+	err := s.claimRows(ctx, claim, q, sql, flags, args...)
+	return beyond, err
+}
+
+// claimRows runs a claim statement and adds its rows to claim. With flags,
+// every result row ends with those columns, scanned into flags (the same in
+// every row), and a row whose id is NULL carries only the flags.
+func (s *Store) claimRows(ctx context.Context, claim *outbox.Claim, q *queries, sql string, flags []any,
+	args ...any) error {
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
-		return false, fmt.Errorf("pgstore: claim: %w", err)
+		return fmt.Errorf("pgstore: claim: %w", err)
 	}
 	defer rows.Close()
 	var r claimedRow
 	dest := r.dest(q)
 	var id pgtype.Int8
 	var attempt pgtype.Int4
-	var beyond bool
-	if withBeyond { // the flag row has NULL in every claimed column
+	if len(flags) > 0 { // the flag row has NULL in every claimed column
 		dest[0], dest[1] = &id, &attempt
-		dest = append(dest, &beyond)
+		dest = append(dest, flags...)
 	}
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
-			return false, fmt.Errorf("pgstore: claim: read row: %w", err)
+			return fmt.Errorf("pgstore: claim: read row: %w", err)
 		}
-		if withBeyond {
+		if len(flags) > 0 {
 			if !id.Valid {
-				continue // no row claimed: only the flag
+				continue // no row claimed: only the flags
 			}
 			r.id, r.attempt = id.Int64, attempt.Int32
 		}
@@ -283,9 +363,9 @@ func (s *Store) claimInto(ctx context.Context, claim *outbox.Claim, q *queries, 
 		claim.Messages = append(claim.Messages, m)
 	}
 	if err := rows.Err(); err != nil {
-		return false, fmt.Errorf("pgstore: claim: %w", err)
+		return fmt.Errorf("pgstore: claim: %w", err)
 	}
-	return beyond, nil
+	return nil
 }
 
 // sortClaim puts a claim's rows in id order.

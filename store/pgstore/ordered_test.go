@@ -44,6 +44,20 @@ func (f *orderedFixture) write(t *testing.T, agg string, n int) {
 	require.NoError(t, pgx.BeginFunc(t.Context(), f.pool, func(tx pgx.Tx) error { return w.Write(t.Context(), tx, msgs...) }))
 }
 
+// writeInterleaved commits n messages for each of aggs in one transaction,
+// round robin: message i of every aggregate before message i+1 of any.
+func (f *orderedFixture) writeInterleaved(t *testing.T, aggs []string, n int) {
+	t.Helper()
+	var msgs []*outbox.Message
+	for i := range n {
+		for _, agg := range aggs {
+			msgs = append(msgs, &outbox.Message{AggregateType: "order", AggregateID: agg, EventType: "E", Payload: fmt.Appendf(nil, "%d", i)})
+		}
+	}
+	w := outbox.NewWriter(f.store)
+	require.NoError(t, pgx.BeginFunc(t.Context(), f.pool, func(tx pgx.Tx) error { return w.Write(t.Context(), tx, msgs...) }))
+}
+
 // claim makes an ordered claim and returns "agg#n" of each message, and how
 // many statements it took.
 func (f *orderedFixture) claim(t *testing.T, limit int, blockOnDead bool) ([]string, []*outbox.Message, int64) {
@@ -68,8 +82,10 @@ func (f *orderedFixture) ack(t *testing.T, msgs []*outbox.Message) {
 
 // TestOrderedClaimBeyondTheWindow writes a deep backlog of one aggregate
 // ahead of twenty others: the heads of the others lie far beyond the rows
-// the walk looks at, and the skip scan of the head index finds them.
-// It runs with and without WithAsyncCommit, whose filter every statement carries.
+// the walk looks at, and the skip scan of the head index finds them. Having
+// gone through all 21 aggregates, fewer than the limit, the skip scan then
+// runs alone. It runs with and without WithAsyncCommit, whose filter every
+// statement carries.
 func TestOrderedClaimBeyondTheWindow(t *testing.T) {
 	t.Parallel()
 	for _, async := range []bool{false, true} {
@@ -89,7 +105,7 @@ func TestOrderedClaimBeyondTheWindow(t *testing.T) {
 			got, _, stmts := f.claim(t, 50, true)
 			require.Len(t, got, 21)
 			require.Equal(t, "hot#1", got[0])
-			require.EqualValues(t, 3, stmts, "the bounded walk, the skip scan from the cursor, and from the start up to it")
+			require.EqualValues(t, 1, stmts, "the skip scan alone: 21 aggregates fit in one claim")
 		})
 	}
 }
@@ -111,6 +127,83 @@ func TestOrderedClaimRoundRobin(t *testing.T) {
 		f.ack(t, msgs)
 	}
 	require.Equal(t, []string{"a#0", "b#0", "a#1", "c#0", "a#2", "d#0", "a#3", "b#1", "a#4", "c#1", "a#5", "d#1"}, got)
+}
+
+// TestOrderedClaimFewAggregatesSkipsTheWalk gives three aggregates a deep,
+// interleaved backlog, the shape where every claim is short while other
+// relays hold heads: once a skip scan has gone through every aggregate, and
+// they are fewer than the limit, a claim is the skip scan alone (one
+// statement) and takes every head there is and nothing else; when more
+// aggregates turn up than the limit, claims go back to the walk.
+func TestOrderedClaimFewAggregatesSkipsTheWalk(t *testing.T) {
+	t.Parallel()
+	f := newOrderedFixture(t)
+	f.writeInterleaved(t, []string{"a", "b", "c"}, 300) // 900 rows: deeper than the window
+	_, a0, _ := f.claim(t, 1, true)                     // another relay holds a#0 (learns the head index, too)
+	require.Equal(t, "a", a0[0].AggregateID)
+
+	steps := []struct {
+		name      string
+		before    func(t *testing.T)
+		want      []string
+		wantStmts int64
+	}{
+		{name: "ShortClaimWalksThenScansEveryAggregate", want: []string{"b#0", "c#0"}, wantStmts: 2},
+		{name: "ThenTheSkipScanAloneFindsNothingHeld", want: nil, wantStmts: 1},
+		{name: "AndTakesTheNextHeadsOnceAcknowledged", before: func(t *testing.T) { f.ack(t, a0) },
+			want: []string{"a#1"}, wantStmts: 1},
+		{name: "MoreAggregatesThanTheLimitFillTheClaim", before: func(t *testing.T) {
+			for i := range 12 {
+				f.write(t, fmt.Sprintf("x-%02d", i), 1)
+			}
+		}, want: []string{"x-00#0", "x-01#0", "x-02#0", "x-03#0", "x-04#0", "x-05#0", "x-06#0", "x-07#0", "x-08#0", "x-09#0"},
+			wantStmts: 1},
+		{name: "SoTheNextClaimWalksAgain", want: []string{"x-10#0", "x-11#0"}, wantStmts: 2},
+	}
+	for _, st := range steps { // in order: each step starts where the last one left the table
+		if st.before != nil {
+			st.before(t)
+		}
+		got, _, stmts := f.claim(t, 10, true)
+		require.Equal(t, st.want, got, st.name)
+		require.Equal(t, st.wantStmts, stmts, "%s: statements", st.name)
+	}
+}
+
+// TestOrderedWalkProbesEachAggregateOnce runs the walk over a window that
+// holds three aggregates: only the first row of each aggregate in the window
+// can be a head (the others have that row pending before them), so the walk
+// probes the head index three times, not once per row of the window.
+func TestOrderedWalkProbesEachAggregateOnce(t *testing.T) {
+	t.Parallel()
+	f := newOrderedFixture(t)
+	f.writeInterleaved(t, []string{"a", "b", "c"}, 200)
+	exec(t, f.pool, "ANALYZE outbox_message")
+	walk, err := pgstore.OrderedWalkSQL(t.Context(), f.store, true)
+	require.NoError(t, err)
+	const limit = 10
+	window := pgstore.OrderedWindow(limit)
+	require.Less(t, window, 600, "the backlog is deeper than the window")
+
+	tx, err := f.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tx.Rollback(t.Context())) }() // EXPLAIN ANALYZE runs the claim: undo it
+	var plan []map[string]any
+	require.NoError(t, tx.QueryRow(t.Context(), "EXPLAIN (ANALYZE, FORMAT JSON) "+walk, limit, time.Hour.Microseconds(), window).
+		Scan(&plan))
+	probes := 0.0
+	var visit func(n map[string]any)
+	visit = func(n map[string]any) {
+		if n["Alias"] == "p" { // the "no earlier row" probe, whichever scan the planner picked
+			probes += n["Actual Loops"].(float64)
+		}
+		children, _ := n["Plans"].([]any)
+		for _, c := range children {
+			visit(c.(map[string]any))
+		}
+	}
+	visit(plan[0]["Plan"].(map[string]any))
+	require.EqualValues(t, 3, probes, "probes for a window of %d rows:\n%v", window, plan)
 }
 
 // TestOrderedClaimDeadPolicyBeyondTheWindow checks that the skip scan keeps

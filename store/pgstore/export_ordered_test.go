@@ -1,0 +1,23 @@
+package pgstore
+
+import "context"
+
+// OrderedWalkSQL returns the bounded walk of ordered claims ($1 limit, $2
+// lease in µs, $3 window), for tests that look at its plan.
+func OrderedWalkSQL(ctx context.Context, s *Store, blockOnDead bool) (string, error) {
+	q, err := s.queriesFor(ctx, s.poolRow)
+	if err != nil {
+		return "", err
+	}
+	st, err := s.orderedFor(ctx, q)
+	if err != nil {
+		return "", err
+	}
+	if blockOnDead {
+		return st.q[1].walk, nil
+	}
+	return st.q[0].walk, nil
+}
+
+// OrderedWindow is the number of rows the walk looks at for a claim of limit rows.
+var OrderedWindow = orderedWindow
