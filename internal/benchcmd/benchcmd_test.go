@@ -258,3 +258,19 @@ func TestFormat(t *testing.T) {
 	require.Equal(t, "-", fmtMs(0))
 	require.True(t, strings.HasSuffix(ratio(243.94), "244"))
 }
+
+// TestReportWriteErrors: write transactions that failed during a latency
+// test (a database that could not take the rate next to that relay) are
+// reported under the table, not dropped, and the run still has its figures.
+func TestReportWriteErrors(t *testing.T) {
+	t.Parallel()
+	rep := &Report{Latency: []LatencyResult{
+		{Relay: relayOutbox, Rate: 1000, Seconds: 10, Offered: 10000, Delivered: 10000, P99Ms: 7},
+		{Relay: relayTextbook, Rate: 1000, Seconds: 10, Offered: 9998, Delivered: 900, P99Ms: 18000,
+			WriteErrors: 2, FirstWriteError: "database is locked (5) (SQLITE_BUSY)"},
+	}}
+	var out strings.Builder
+	require.NoError(t, writeReport(&out, rep, false))
+	require.Contains(t, out.String(), "textbook: 2 of 10,000 write transactions failed while it ran, the first with: database is locked")
+	require.NotContains(t, out.String(), "outbox: 0 of")
+}

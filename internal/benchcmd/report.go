@@ -72,6 +72,12 @@ func writeReport(out io.Writer, rep *Report, asJSON bool) error {
 				fmtMs(l.MaxMs), l.CPUSeconds, fmtMB(l.PeakRSSMB), note)
 		}
 		tw.Flush()
+		for _, l := range rep.Latency {
+			if l.WriteErrors > 0 {
+				fmt.Fprintf(&b, "%s: %s of %s write transactions failed while it ran, the first with: %s\n", l.Relay,
+					thousands(float64(l.WriteErrors)), thousands(float64(l.WriteErrors+l.Offered)), l.FirstWriteError)
+			}
+		}
 		if rep.LatencyRatio > 0 {
 			fmt.Fprintf(&b, "outbox relay p99 is %sx lower than the textbook relay's\n", ratio(rep.LatencyRatio))
 		}
