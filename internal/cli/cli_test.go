@@ -89,6 +89,12 @@ func TestHelpListsEverySetting(t *testing.T) {
 	require.Contains(t, r.stdout, "[$OUTBOX_DB]")
 	require.Contains(t, r.stdout, "--json")
 	require.NotContains(t, r.stdout, "--batch-size", "status takes only the database settings")
+	r = run(t.Context(), "migrate", "--help")
+	require.Equal(t, ExitOK, r.code)
+	for _, flag := range []string{"--notify-trigger", "--batch-lease", "[$OUTBOX_BATCH_LEASE]", "--table"} {
+		require.Contains(t, r.stdout, flag, "migrate installs what the table's pgstore switches need")
+	}
+	require.NotContains(t, r.stdout, "--async-commit", "async_commit concerns only the relay")
 }
 
 // statusOf runs `outbox status --json` with args and decodes it.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -18,6 +19,11 @@ import (
 
 // dbFlags are the settings the database commands read.
 var dbFlags = []string{"db", "table"}
+
+// migrateFlags are the settings `outbox migrate` reads: what the table needs
+// beyond the migrations (the NOTIFY trigger, the batch lease table) is
+// installed only when asked for.
+var migrateFlags = append(slices.Clone(dbFlags), "notify_trigger", "batch_lease")
 
 func relayCommand() *ucli.Command {
 	return &ucli.Command{
@@ -64,7 +70,11 @@ func openDB(ctx context.Context, cmd *ucli.Command) (*config.Config, *daemon.DB,
 	if err := cfg.ValidateDB(); err != nil {
 		return nil, nil, usage(err)
 	}
-	db, err := daemon.OpenDB(ctx, cfg.DB, daemon.DBParams{Table: cfg.Table, MaxConns: 2})
+	// The table's pgstore switches come from the config as the relay's do, so
+	// that every command sees the table the same way; of the commands, only
+	// migrate acts on them.
+	db, err := daemon.OpenDB(ctx, cfg.DB, daemon.DBParams{Table: cfg.Table, MaxConns: 2,
+		NotifyTrigger: cfg.NotifyTrigger, BatchLease: cfg.BatchLease})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -73,10 +83,13 @@ func openDB(ctx context.Context, cmd *ucli.Command) (*config.Config, *daemon.DB,
 
 func migrateCommand() *ucli.Command {
 	return &ucli.Command{
-		Name:        "migrate",
-		Usage:       "create the outbox table and its indexes, or upgrade them",
-		Description: "Idempotent, and safe to run from several processes at once.",
-		Flags:       append([]ucli.Flag{configFlag()}, settingFlags(dbFlags...)...),
+		Name:  "migrate",
+		Usage: "create the outbox table and its indexes, or upgrade them",
+		Description: "Idempotent, and safe to run from several processes at once.\n" +
+			"PostgreSQL: --notify-trigger also installs a trigger that sends the NOTIFY on every INSERT, so\n" +
+			"writers in any language wake relays that listen (notify or notify_trigger); --batch-lease also\n" +
+			"creates the TABLE_lease table that relays with batch_lease need. Neither is ever removed.",
+		Flags: append([]ucli.Flag{configFlag()}, settingFlags(migrateFlags...)...),
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
 			cfg, db, err := openDB(ctx, cmd)
 			if err != nil {

@@ -138,6 +138,34 @@ type Config struct {
 	// they turn it on (pgstore.WithNotify), so messages go out at once
 	// instead of at the next poll (postgres:// only). Default: false.
 	Notify bool `yaml:"notify"`
+	// NotifyTrigger makes `outbox migrate` install a statement-level AFTER
+	// INSERT trigger on the table that sends the NOTIFY
+	// (pgstore.WithNotifyTrigger), so that rows written by any program, in
+	// any language, wake the relays at once. It implies Notify for the
+	// relay: a relay with NotifyTrigger listens (pgstore's Listen listens
+	// with either option), so setting both is allowed but not needed. The
+	// trigger costs every writer of the table what NOTIFY costs (PostgreSQL
+	// commits notifying transactions one at a time); migrate never removes
+	// it (DROP TRIGGER outbox_notify ON the table to stop). postgres://
+	// only. Default: false.
+	NotifyTrigger bool `yaml:"notify_trigger"`
+	// BatchLease makes each claim lease its batch with one row of a side
+	// table (the table's name plus "_lease", created by `outbox migrate`
+	// with BatchLease on) instead of an UPDATE of every claimed row
+	// (pgstore.WithBatchLease): about half the database work per message
+	// when sent rows are kept, a third when they are deleted. Every relay
+	// on the table must use the same setting: a relay without it does not
+	// see batch leases and could publish a leased row a second time.
+	// postgres:// only. Default: false.
+	BatchLease bool `yaml:"batch_lease"`
+	// AsyncCommit makes the relay's own statements (claim, ack, reschedule,
+	// kill) commit with synchronous_commit = off for their transaction
+	// (pgstore.WithAsyncCommit): no wait for the disk, several times faster
+	// with small batches. A crash of the PostgreSQL server (not of the relay)
+	// can then lose the relay's last statements: rows published again
+	// (duplicates beyond the batch in flight) or an attempt not counted,
+	// never a message. postgres:// only. Default: false.
+	AsyncCommit bool `yaml:"async_commit"`
 	// DeleteSent deletes published rows instead of marking them sent. Default: false.
 	DeleteSent bool `yaml:"delete_sent"`
 	// ArchiveEvery is the period of the scheduled archive: the daemon takes

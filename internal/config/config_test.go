@@ -116,6 +116,9 @@ func TestLoadGoodFiles(t *testing.T) {
 			ProbeInterval:    time.Second,
 			MaxProbeInterval: time.Minute,
 			Notify:           true,
+			NotifyTrigger:    true,
+			BatchLease:       true,
+			AsyncCommit:      true,
 			DeleteSent:       true,
 			ArchiveEvery:     6 * time.Hour,
 			ArchiveOlderThan: 30 * 24 * time.Hour,
@@ -331,6 +334,22 @@ func TestValidateCases(t *testing.T) {
 		{"HTTPAddr", func(c *Config) { c.HTTP = "9090" }, `http: "9090" is not an address like :9090`},
 		{"NotifyPostgres", func(c *Config) { c.Notify = true }, ""},
 		{"NotifySQLite", func(c *Config) { c.Notify = true; c.DB = NewSecret("sqlite://x.db") }, "notify: applies to postgres:// only, not sqlite://"},
+		{"PgstoreSwitchesPostgres", func(c *Config) { c.NotifyTrigger, c.BatchLease, c.AsyncCommit = true, true, true }, ""},
+		{"PgstoreSwitchesPostgresql", func(c *Config) {
+			c.NotifyTrigger, c.BatchLease, c.AsyncCommit = true, true, true
+			c.DB = NewSecret("postgresql://h/db")
+		}, ""},
+		{"NotifyTriggerSQLite", func(c *Config) { c.NotifyTrigger = true; c.DB = NewSecret("sqlite://x.db") },
+			"notify_trigger: applies to postgres:// only, not sqlite://"},
+		{"BatchLeaseMySQL", func(c *Config) { c.BatchLease = true; c.DB = NewSecret("mysql://u:p@h:3306/db") },
+			"batch_lease: applies to postgres:// only, not mysql://"},
+		{"AsyncCommitSQLite", func(c *Config) { c.AsyncCommit = true; c.DB = NewSecret("sqlite://x.db") },
+			"async_commit: applies to postgres:// only, not sqlite://"},
+		{"AllPgstoreSwitchesSQLite", func(c *Config) {
+			c.Notify, c.NotifyTrigger, c.BatchLease, c.AsyncCommit = true, true, true, true
+			c.DB = NewSecret("sqlite://x.db")
+		}, "notify_trigger: applies to postgres:// only, not sqlite://\nbatch_lease: applies to postgres:// only, not sqlite://\n" +
+			"notify: applies to postgres:// only, not sqlite://\nasync_commit: applies to postgres:// only, not sqlite://"},
 		{"BadName", func(c *Config) { c.Name = "my relay" }, `name: "my relay" is not a valid name`},
 		{"StatsInterval", func(c *Config) { c.StatsInterval = 0 }, "stats_interval: 0s is not positive"},
 		{"TraceExporter", func(c *Config) { c.TraceExporter = "jaeger" }, `trace_exporter: "jaeger" is not none, stdout or otlp`},
@@ -364,6 +383,44 @@ func TestValidateDBOnly(t *testing.T) {
 	require.ErrorContains(t, c.ValidateDB(), "table:")
 }
 
+// TestValidateDBPgstoreSwitches checks what `outbox migrate` refuses: it acts
+// on notify_trigger and batch_lease, so those are checked with the database;
+// notify and async_commit concern only the relay.
+func TestValidateDBPgstoreSwitches(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		db     string
+		change func(*Config)
+		want   string // "" = valid
+	}{
+		{"NotifyTriggerPostgres", "postgres://h/db", func(c *Config) { c.NotifyTrigger = true }, ""},
+		{"BatchLeasePostgres", "postgres://h/db", func(c *Config) { c.BatchLease = true }, ""},
+		{"NotifyTriggerSQLite", "sqlite://x.db", func(c *Config) { c.NotifyTrigger = true },
+			"notify_trigger: applies to postgres:// only, not sqlite://"},
+		{"BatchLeaseSQLite", "sqlite://x.db", func(c *Config) { c.BatchLease = true },
+			"batch_lease: applies to postgres:// only, not sqlite://"},
+		{"BatchLeaseMySQL", "mysql://u:p@h:3306/db", func(c *Config) { c.BatchLease = true },
+			"batch_lease: applies to postgres:// only, not mysql://"},
+		{"RelayOnlySwitchesSQLite", "sqlite://x.db", func(c *Config) { c.Notify, c.AsyncCommit = true, true }, ""},
+		{"NoDB", "", func(c *Config) { c.BatchLease = true },
+			"db: required: the database URL (--db, OUTBOX_DB, or db: in the config file)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := Default()
+			c.DB = NewSecret(tc.db)
+			tc.change(c)
+			err := c.ValidateDB()
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.EqualError(t, err, tc.want)
+		})
+	}
+}
+
 func TestApplyEnv(t *testing.T) {
 	t.Parallel()
 	c, err := loadFile(t, "good_full.yaml", env(map[string]string{
@@ -390,6 +447,7 @@ func TestApplyEnv(t *testing.T) {
 		{"OUTBOX_BATCH_SIZE", "ten", `OUTBOX_BATCH_SIZE: "ten" is not a whole number`},
 		{"OUTBOX_LEASE", "30", `OUTBOX_LEASE: "30" is not a duration (like 500ms, 2s, 1m30s)`},
 		{"OUTBOX_ORDERING", "yes please", `OUTBOX_ORDERING: "yes please" is not true or false`},
+		{"OUTBOX_BATCH_LEASE", "on", `OUTBOX_BATCH_LEASE: "on" is not true or false`},
 	} {
 		_, err := load("", nil, env(map[string]string{tc.env: tc.value}))
 		require.EqualError(t, err, tc.want)
@@ -414,7 +472,7 @@ func TestSettings(t *testing.T) {
 	for _, key := range []string{"db", "broker", "table", "batch_size", "poll_interval", "max_attempts",
 		"backoff_base", "backoff_cap", "publish_timeout", "lease", "notify", "delete_sent", "min_poll_interval", "max_in_flight", "ordering", "dead_policy",
 		"max_payload", "log_level", "log_format", "relays", "db_max_conns", "http", "name", "stats_interval",
-		"trace_exporter", "trace_endpoint"} {
+		"trace_exporter", "trace_endpoint", "notify_trigger", "batch_lease", "async_commit"} {
 		require.Contains(t, byKey, key)
 	}
 	require.Equal(t, "100", byKey["batch_size"].Default)

@@ -91,7 +91,8 @@ and the defaults below. The file is read strictly: an unknown key, a value of th
 second YAML document is an error naming its line. Durations take a unit (` + "`500ms`, `2s`, `1m30s`" + `), and
 whole days may lead (` + "`7d`, `1d12h`" + `: a day is 24 hours) in the file, the variables and the flags alike;
 switches take ` + "`true`" + ` or ` + "`false`" + ` (a flag alone, ` + "`--notify`" + `, means true). ` + "`outbox relay --help`" + `
-lists the same settings. ` + "`outbox migrate`, `status`, `dead` and `archive`" + ` read only ` + "`db`" + ` and ` + "`table`" + `.
+lists the same settings. ` + "`outbox migrate`" + ` reads ` + "`db`, `table`, `notify_trigger` and `batch_lease`" + ` (it installs the
+trigger and creates the lease table); ` + "`status`, `dead` and `archive`" + ` read only ` + "`db`" + ` and ` + "`table`" + `.
 
 ## Settings
 

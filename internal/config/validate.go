@@ -71,6 +71,19 @@ func (c *Config) validateDB(p *problems) {
 	if c.DBMaxConns < 0 {
 		p.add("db_max_conns", "%d is negative", c.DBMaxConns)
 	}
+	// migrate acts on these two (it installs the trigger, creates the lease
+	// table), so they are checked with the database, not with the relay.
+	c.postgresOnly(p, "notify_trigger", c.NotifyTrigger)
+	c.postgresOnly(p, "batch_lease", c.BatchLease)
+}
+
+// postgresOnly reports a switch of pgstore's that is on while db names
+// another database. A db that names none (missing or invalid) has its own
+// problem, and is not reported again here.
+func (c *Config) postgresOnly(p *problems, key string, on bool) {
+	if s := c.DB.Scheme(); on && s != "" && s != "postgres" && s != "postgresql" {
+		p.add(key, "applies to postgres:// only, not %s://", s)
+	}
 }
 
 // tableRule is what one database's store accepts as a table name.
@@ -298,9 +311,8 @@ func (c *Config) validateRelay(p *problems) {
 	if c.ProbeInterval > 0 && c.MaxProbeInterval < c.ProbeInterval {
 		p.add("max_probe_interval", "%v is below probe_interval (%v)", c.MaxProbeInterval, c.ProbeInterval)
 	}
-	if s := c.DB.Scheme(); c.Notify && s != "" && s != "postgres" && s != "postgresql" {
-		p.add("notify", "applies to postgres:// only, not %s://", s)
-	}
+	c.postgresOnly(p, "notify", c.Notify)
+	c.postgresOnly(p, "async_commit", c.AsyncCommit)
 	if c.DeadPolicy != "block" && c.DeadPolicy != "skip" {
 		p.add("dead_policy", "%q is not block or skip", c.DeadPolicy)
 	}

@@ -139,7 +139,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}()
 
-	db, err := OpenDB(ctx, cfg.DB, DBParams{Table: cfg.Table, MaxConns: cfg.PoolSize(), Notify: cfg.Notify})
+	db, err := OpenDB(ctx, cfg.DB, DBParams{Table: cfg.Table, MaxConns: cfg.PoolSize(), Notify: cfg.Notify,
+		NotifyTrigger: cfg.NotifyTrigger, BatchLease: cfg.BatchLease, AsyncCommit: cfg.AsyncCommit})
 	if err != nil {
 		return err
 	}

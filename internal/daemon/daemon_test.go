@@ -126,17 +126,24 @@ func TestScrub(t *testing.T) {
 func TestOpenDBErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	pgOnly := "open database: notify, notify_trigger, batch_lease and async_commit apply to postgres:// only, not "
 	for _, tc := range []struct {
-		name, dsn, want string
+		name, dsn string
+		p         DBParams
+		want      string
 	}{
-		{"UnknownScheme", "oracle://scott:tiger@db/orcl", `open database: unknown scheme "oracle"; want mysql://, postgres://, postgresql://, sqlite://`},
-		{"UnreachablePostgres", "postgres://postgres:hunter22@127.0.0.1:1/test?connect_timeout=2", "open postgres database:"},
-		{"SQLiteNoDirectory", "sqlite:///nonexistent/dir/outbox.db", "open sqlite database:"},
-		{"UnreachableMySQL", "mysql://root:hunter22@127.0.0.1:1/test?timeout=2s", "open mysql database:"},
+		{"UnknownScheme", "oracle://scott:tiger@db/orcl", DBParams{}, `open database: unknown scheme "oracle"; want mysql://, postgres://, postgresql://, sqlite://`},
+		{"UnreachablePostgres", "postgres://postgres:hunter22@127.0.0.1:1/test?connect_timeout=2", DBParams{}, "open postgres database:"},
+		{"SQLiteNoDirectory", "sqlite:///nonexistent/dir/outbox.db", DBParams{}, "open sqlite database:"},
+		{"UnreachableMySQL", "mysql://root:hunter22@127.0.0.1:1/test?timeout=2s", DBParams{}, "open mysql database:"},
+		// config.Validate refuses these first; OpenDB does not ignore them either.
+		{"NotifyTriggerSQLite", "sqlite://x.db", DBParams{NotifyTrigger: true}, pgOnly + "sqlite://"},
+		{"BatchLeaseMySQL", "mysql://root:hunter22@127.0.0.1:1/test", DBParams{BatchLease: true}, pgOnly + "mysql://"},
+		{"AsyncCommitSQLite", "sqlite://x.db", DBParams{AsyncCommit: true}, pgOnly + "sqlite://"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			db, err := OpenDB(ctx, config.NewSecret(tc.dsn), DBParams{})
+			db, err := OpenDB(ctx, config.NewSecret(tc.dsn), tc.p)
 			require.Nil(t, db)
 			require.ErrorContains(t, err, tc.want)
 			require.NotContains(t, err.Error(), "hunter22")

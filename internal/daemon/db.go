@@ -31,6 +31,16 @@ type DBParams struct {
 	MaxConns int
 	// Notify turns on PostgreSQL LISTEN/NOTIFY (pgstore.WithNotify).
 	Notify bool
+	// NotifyTrigger makes Migrate install the NOTIFY trigger, and the
+	// store listen as with Notify (pgstore.WithNotifyTrigger). PostgreSQL only.
+	NotifyTrigger bool
+	// BatchLease leases each claimed batch with one row of the table's
+	// _lease side table, which Migrate creates (pgstore.WithBatchLease).
+	// PostgreSQL only.
+	BatchLease bool
+	// AsyncCommit commits the relay's statements with synchronous_commit =
+	// off (pgstore.WithAsyncCommit). PostgreSQL only.
+	AsyncCommit bool
 }
 
 // DB is an open database and the store on its outbox table.
@@ -84,6 +94,11 @@ func OpenDB(ctx context.Context, dsn config.Secret, p DBParams) (*DB, error) {
 	if !ok {
 		return nil, fmt.Errorf("open database: unknown scheme %q; want %s", scheme, schemes(dbOpeners))
 	}
+	if pg := scheme == "postgres" || scheme == "postgresql"; !pg && (p.Notify || p.NotifyTrigger || p.BatchLease || p.AsyncCommit) {
+		// config.Validate refuses these first; this catches a caller that
+		// skipped it, rather than running without what it asked for.
+		return nil, fmt.Errorf("open database: notify, notify_trigger, batch_lease and async_commit apply to postgres:// only, not %s://", scheme)
+	}
 	db, err := open(ctx, dsn.Value(), p)
 	if err != nil {
 		return nil, scrub(fmt.Errorf("open %s database: %w", scheme, err), dsn)
@@ -114,7 +129,9 @@ func openPostgres(ctx context.Context, dsn string, p DBParams) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := pgstore.New(pool, pgstore.WithTable(p.Table), pgstore.WithNotify(p.Notify))
+	s, err := pgstore.New(pool, pgstore.WithTable(p.Table), pgstore.WithNotify(p.Notify),
+		pgstore.WithNotifyTrigger(p.NotifyTrigger), pgstore.WithBatchLease(p.BatchLease),
+		pgstore.WithAsyncCommit(p.AsyncCommit))
 	if err != nil {
 		pool.Close()
 		return nil, err
