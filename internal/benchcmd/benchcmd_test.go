@@ -274,3 +274,13 @@ func TestReportWriteErrors(t *testing.T) {
 	require.Contains(t, out.String(), "textbook: 2 of 10,000 write transactions failed while it ran, the first with: database is locked")
 	require.NotContains(t, out.String(), "outbox: 0 of")
 }
+
+// TestDefaultWriters: one writer on SQLite (it takes one at a time), enough
+// for the rate on the servers.
+func TestDefaultWriters(t *testing.T) {
+	t.Parallel()
+	for db, want := range map[string]int{"": 1, "sqlite:///tmp/x.db": 1, "postgres://h/db": 32, "mysql://u@h/db": 32} {
+		require.Equal(t, want, Config{DB: db}.withDefaults().Writers, db)
+	}
+	require.Equal(t, 5, Config{DB: "sqlite:///tmp/x.db", Writers: 5}.withDefaults().Writers, "an explicit count stays")
+}

@@ -58,8 +58,9 @@ func writeReport(out io.Writer, rep *Report, asJSON bool) error {
 	}
 	if len(rep.Latency) > 0 {
 		l0 := rep.Latency[0]
-		fmt.Fprintf(&b, "\nLatency: %s msgs/s offered for %s after %s of warm-up, one message per transaction, commit to broker acknowledgement\n",
-			thousands(float64(l0.Rate)), fmtSeconds(math.Round(l0.Seconds)), fmtSeconds(l0.WarmupSeconds))
+		fmt.Fprintf(&b, "\nLatency: %s msgs/s offered for %s after %s of warm-up, one message per transaction (%s at once), commit to broker acknowledgement\n",
+			thousands(float64(l0.Rate)), fmtSeconds(math.Round(l0.Seconds)), fmtSeconds(l0.WarmupSeconds),
+			plural(rep.Settings.Writers, "writer"))
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "relay\toffered\tdelivered\tp50\tp90\tp99\tp99.9\tmax\tCPU s\tpeak RSS\t")
 		for _, l := range rep.Latency {

@@ -31,7 +31,7 @@ func benchCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "rows", Usage: "rows the drain test preloads", Value: benchcmd.DefaultRows},
 			&ucli.IntFlag{Name: "rate", Usage: "messages a second the latency test offers", Value: benchcmd.DefaultRate},
 			&ucli.DurationFlag{Name: "duration", Usage: "how long the latency test offers its rate", Value: benchcmd.DefaultDuration},
-			&ucli.IntFlag{Name: "writers", Usage: "transactions the latency test may have open at once (default: rate/30, 8 to 32)"},
+			&ucli.IntFlag{Name: "writers", Usage: "transactions the latency test may have open at once (default: rate/30, 8 to 32; 1 on SQLite)"},
 			&ucli.BoolWithInverseFlag{Name: "baseline", Usage: "also run the textbook relay", Value: true},
 			&ucli.DurationFlag{Name: "baseline-time", Usage: "cap of each textbook relay test", Value: benchcmd.DefaultBaselineTime},
 			&ucli.IntFlag{Name: "relays", Usage: "relays sharing the table", Value: benchcmd.DefaultRelays},
