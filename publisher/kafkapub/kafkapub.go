@@ -148,7 +148,11 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error
 	for {
 		select {
 		case <-w.done:
-			return w.results(nil)
+			errs := w.results(nil)
+			if ctx.Err() != nil && probing && <-probeErr != nil {
+				markUnavailable(ctx, errs)
+			}
+			return errs
 		case <-probe.C:
 			probing = true
 			probeDone.Go(func() { probeErr <- p.client.Ping(probeCtx) })
@@ -158,13 +162,25 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error
 				// The probe uses ctx too, so it is returning now.
 				unavailable = <-probeErr != nil
 			}
-			return w.results(func() error {
-				err := fmt.Errorf("kafkapub: not acknowledged before the publish ended: %w", ctx.Err())
-				if unavailable {
-					return outbox.Unavailable(fmt.Errorf("%w (no broker answered a metadata request either)", err))
-				}
-				return err
+			errs := w.results(func() error {
+				return fmt.Errorf("kafkapub: not acknowledged before the publish ended: %w", ctx.Err())
 			})
+			if unavailable {
+				markUnavailable(ctx, errs)
+			}
+			return errs
+		}
+	}
+}
+
+// markUnavailable marks the errors of errs that are ctx's end as the
+// destination being unavailable, once no broker answered the probe either.
+// Records that franz-go failed when ctx ended count too: their results can
+// come in before Publish sees ctx end.
+func markUnavailable(ctx context.Context, errs []error) {
+	for i, err := range errs {
+		if err != nil && errors.Is(err, ctx.Err()) && !outbox.IsUnavailable(err) {
+			errs[i] = outbox.Unavailable(fmt.Errorf("%w (no broker answered a metadata request either)", err))
 		}
 	}
 }
