@@ -74,18 +74,14 @@ func (s *Store) migrate(ctx context.Context, conn *sql.Conn) error {
 			alter = append(alter, "ADD COLUMN "+c.name+" "+c.ddl)
 		}
 	}
-	idx, err := claimIndex(ctx, conn, s.table)
+	lead, err := leadingColumns(ctx, conn, s.table)
 	if err != nil {
 		return err
 	}
-	if idx == "" {
+	if claimIndex(lead) == "" {
 		alter = append(alter, "ADD INDEX idx_status_id (status, id)")
 	}
-	head, err := headIndex(ctx, conn, s.table)
-	if err != nil {
-		return err
-	}
-	if head == "" {
+	if headIndex(lead) == "" {
 		alter = append(alter, "ADD INDEX idx_status_aggregate (status, aggregate_type, aggregate_id, id)")
 	}
 	if len(alter) == 0 {

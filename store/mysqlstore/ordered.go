@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -40,42 +39,6 @@ import (
 // orderedWindow is how many due pending rows the walk looks at for a claim
 // of limit rows.
 func orderedWindow(limit int) int { return max(4*limit, 256) }
-
-// headIndex returns the name of an index of t whose leading columns are
-// (status, aggregate_type, aggregate_id), or "" when there is none.
-func headIndex(ctx context.Context, q queryer, t table) (string, error) {
-	rows, err := q.QueryContext(ctx, `SELECT index_name, seq_in_index, column_name FROM information_schema.statistics
-WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND seq_in_index <= 3`, t.schemaArg(), t.name)
-	if err != nil {
-		return "", fmt.Errorf("read indexes of %s: %w", t.raw, err)
-	}
-	defer rows.Close()
-	lead := map[string][3]string{}
-	for rows.Next() {
-		var name, col string
-		var seq int
-		if err := rows.Scan(&name, &seq, &col); err != nil {
-			return "", fmt.Errorf("read indexes of %s: %w", t.raw, err)
-		}
-		l := lead[name]
-		l[seq-1] = strings.ToLower(col)
-		lead[name] = l
-	}
-	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("read indexes of %s: %w", t.raw, err)
-	}
-	var found []string
-	for name, l := range lead {
-		if l == [3]string{"status", "aggregate_type", "aggregate_id"} {
-			found = append(found, name)
-		}
-	}
-	if len(found) == 0 {
-		return "", nil
-	}
-	sort.Strings(found)
-	return found[0], nil
-}
 
 // orderedSQL are the statements of an ordered claim on a table with the head index.
 type orderedSQL struct {

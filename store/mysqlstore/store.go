@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -233,13 +234,12 @@ func (s *Store) tableInfo(ctx context.Context, q queryer) (tableInfo, error) {
 		partitionKey: cols["partition_key"],
 		lastError:    cols["last_error"],
 	}
-	if info.claimIndex, err = claimIndex(ctx, q, s.table); err != nil {
+	lead, err := leadingColumns(ctx, q, s.table)
+	if err != nil {
 		return tableInfo{}, err
 	}
+	info.claimIndex, info.headIndex = claimIndex(lead), headIndex(lead)
 	if info.pkID, err = primaryOnID(ctx, q, s.table); err != nil {
-		return tableInfo{}, err
-	}
-	if info.headIndex, err = headIndex(ctx, q, s.table); err != nil {
 		return tableInfo{}, err
 	}
 	s.info = &info
@@ -275,40 +275,56 @@ WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, t.schemaArg(),
 	return cols, nil
 }
 
-// claimIndex returns the name of an index of t whose first two columns are
-// status and id, or "" when there is none.
-func claimIndex(ctx context.Context, q queryer, t table) (string, error) {
+// leadingColumns reads the first three columns of every index of t, by
+// index name, in lower case ("" where an index has fewer).
+func leadingColumns(ctx context.Context, q queryer, t table) (map[string][3]string, error) {
 	rows, err := q.QueryContext(ctx, `SELECT index_name, seq_in_index, column_name FROM information_schema.statistics
-WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND seq_in_index <= 2`, t.schemaArg(), t.name)
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND seq_in_index <= 3`, t.schemaArg(), t.name)
 	if err != nil {
-		return "", fmt.Errorf("read indexes of %s: %w", t.raw, err)
+		return nil, fmt.Errorf("read indexes of %s: %w", t.raw, err)
 	}
 	defer rows.Close()
-	lead := map[string][2]string{}
+	lead := map[string][3]string{}
 	for rows.Next() {
 		var name, col string
 		var seq int
 		if err := rows.Scan(&name, &seq, &col); err != nil {
-			return "", fmt.Errorf("read indexes of %s: %w", t.raw, err)
+			return nil, fmt.Errorf("read indexes of %s: %w", t.raw, err)
 		}
 		l := lead[name]
 		l[seq-1] = strings.ToLower(col)
 		lead[name] = l
 	}
 	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("read indexes of %s: %w", t.raw, err)
+		return nil, fmt.Errorf("read indexes of %s: %w", t.raw, err)
 	}
+	return lead, nil
+}
+
+// indexLeadingWith returns the name of an index in lead whose leading
+// columns are cols (the first, by name, when several are), or "".
+func indexLeadingWith(lead map[string][3]string, cols ...string) string {
 	var found []string
 	for name, l := range lead {
-		if l == [2]string{"status", "id"} {
+		if slices.Equal(l[:len(cols)], cols) {
 			found = append(found, name)
 		}
 	}
 	if len(found) == 0 {
-		return "", nil
+		return ""
 	}
 	sort.Strings(found)
-	return found[0], nil
+	return found[0]
+}
+
+// claimIndex is the index a claim walks pending rows in id order on:
+// leading columns (status, id).
+func claimIndex(lead map[string][3]string) string { return indexLeadingWith(lead, "status", "id") }
+
+// headIndex is the index ordered claims find an aggregate's earlier rows
+// with: leading columns (status, aggregate_type, aggregate_id).
+func headIndex(lead map[string][3]string) string {
+	return indexLeadingWith(lead, "status", "aggregate_type", "aggregate_id")
 }
 
 // primaryOnID reports whether the primary key of t starts with id.
