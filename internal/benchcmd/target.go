@@ -3,10 +3,8 @@ package benchcmd
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -19,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/embeddednats"
 	"github.com/outboxkit/outbox/publisher/natspub"
 	"github.com/outboxkit/outbox/store/mysqlstore"
 	"github.com/outboxkit/outbox/store/pgstore"
@@ -226,7 +225,7 @@ func openBroker(ctx context.Context, raw, dir, name string, maxPending int) (_ *
 		}
 	}()
 	if raw == "" {
-		if b.srv, err = runEmbeddedNATS(filepath.Join(dir, "nats")); err != nil {
+		if b.srv, err = embeddednats.Run("outbox-bench", filepath.Join(dir, "nats")); err != nil {
 			return nil, err
 		}
 		raw = b.srv.ClientURL()
@@ -291,32 +290,6 @@ func (b *broker) close() {
 		b.srv.Shutdown()
 		b.srv.WaitForShutdown()
 	}
-}
-
-// runEmbeddedNATS starts a NATS server with JetStream, storing in dir, on a
-// random port of 127.0.0.1.
-func runEmbeddedNATS(dir string) (*server.Server, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("embedded nats: %w", err)
-	}
-	srv, err := server.NewServer(&server.Options{
-		ServerName: "outbox-bench",
-		Host:       "127.0.0.1",
-		Port:       server.RANDOM_PORT,
-		JetStream:  true,
-		StoreDir:   dir,
-		NoSigs:     true,
-		NoLog:      true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("embedded nats: %w", err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		return nil, errors.New("embedded nats: not ready after 10s")
-	}
-	return srv, nil
 }
 
 // redact returns raw without its password or query, for reports and errors.

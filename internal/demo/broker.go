@@ -2,11 +2,9 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outboxkit/outbox/internal/embeddednats"
 	"github.com/outboxkit/outbox/internal/faultproxy"
 )
 
@@ -42,7 +41,7 @@ func startBroker(raw, dir string, log *slog.Logger) (_ *broker, err error) {
 		}
 	}()
 	if raw == "" {
-		if b.srv, err = runEmbedded(filepath.Join(dir, "nats")); err != nil {
+		if b.srv, err = embeddednats.Run("outbox-demo", filepath.Join(dir, "nats")); err != nil {
 			return nil, err
 		}
 		raw = b.srv.ClientURL()
@@ -74,32 +73,6 @@ func startBroker(raw, dir string, log *slog.Logger) (_ *broker, err error) {
 	proxied.Host = b.proxy.Addr()
 	b.url = &proxied
 	return b, nil
-}
-
-// runEmbedded starts a NATS server with JetStream, storing in dir, on a
-// random port of 127.0.0.1.
-func runEmbedded(dir string) (*server.Server, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("embedded nats: %w", err)
-	}
-	srv, err := server.NewServer(&server.Options{
-		ServerName: "outbox-demo",
-		Host:       "127.0.0.1",
-		Port:       server.RANDOM_PORT,
-		JetStream:  true,
-		StoreDir:   dir,
-		NoSigs:     true,
-		NoLog:      true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("embedded nats: %w", err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		return nil, errors.New("embedded nats: not ready after 10s")
-	}
-	return srv, nil
 }
 
 // dial connects a service to the broker through the fault proxy. Every
