@@ -160,8 +160,8 @@ type Config struct {
 	BatchLease bool `yaml:"batch_lease"`
 	// AsyncCommit makes the relay's own statements (claim, ack, reschedule,
 	// kill) commit with synchronous_commit = off for their transaction
-	// (pgstore.WithAsyncCommit): no wait for the disk, several times faster
-	// with small batches. A crash of the PostgreSQL server (not of the relay)
+	// (pgstore.WithAsyncCommit): no wait for the disk, 1.5 to 2 times faster
+	// with batches of 100. A crash of the PostgreSQL server (not of the relay)
 	// can then lose the relay's last statements: rows published again
 	// (duplicates beyond the batch in flight) or an attempt not counted,
 	// never a message. postgres:// only. Default: false.

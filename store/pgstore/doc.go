@@ -62,9 +62,11 @@
 // PostgreSQL about half as much per message when sent rows are kept and a
 // third when they are deleted; every relay on the table must use it. With
 // [WithAsyncCommit] the relay's statements commit without waiting for the
-// disk (synchronous_commit = off for their transaction only), which makes
-// small batches several times faster; a database crash can then cost a
-// duplicate or an uncounted attempt, never a message.
+// disk (synchronous_commit = off for their transaction only), which made
+// claim and ack of 100-row batches 1.5 to 2 times faster here
+// (BenchmarkClaimAck) and made no measurable difference to drains with
+// 1,000-row batches; a database crash can then cost a duplicate or an
+// uncounted attempt, never a message.
 //
 // Ordered claims (outbox.WithOrdering) hand out a row only when no earlier
 // row of its aggregate (aggregate_type, aggregate_id) is pending, or dead
