@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -109,6 +110,8 @@ func (m *Message) Destination() string {
 // key when one is set). The caller's own
 // headers never override the standard ones. The result is a new map.
 func (m *Message) StandardHeaders() map[string]string {
+	// Not a loop over StandardHeadersSeq, so that it stays small enough to
+	// inline: a caller's map that does not escape then stays on the stack.
 	h := make(map[string]string, len(m.Headers)+4)
 	for k, v := range m.Headers {
 		h[k] = v
@@ -121,6 +124,43 @@ func (m *Message) StandardHeaders() map[string]string {
 		h[HeaderPartitionKey] = m.PartitionKey
 	}
 	return h
+}
+
+// StandardHeadersSeq returns an iterator over the pairs of StandardHeaders
+// without building a map, for publishers that copy them into a broker's own
+// header type: each name once, first the caller's own headers in map order
+// (less those a standard header replaces), then the standard ones.
+func (m *Message) StandardHeadersSeq() iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for k, v := range m.Headers {
+			if m.standardHeader(k) {
+				continue
+			}
+			if !yield(k, v) {
+				return
+			}
+		}
+		if !yield(HeaderMessageID, m.MessageID) ||
+			!yield(HeaderAggregateType, m.AggregateType) ||
+			!yield(HeaderAggregateID, m.AggregateID) ||
+			!yield(HeaderEventType, m.EventType) {
+			return
+		}
+		if m.PartitionKey != "" {
+			yield(HeaderPartitionKey, m.PartitionKey)
+		}
+	}
+}
+
+// standardHeader reports whether a standard header of m takes the name k.
+func (m *Message) standardHeader(k string) bool {
+	switch k {
+	case HeaderMessageID, HeaderAggregateType, HeaderAggregateID, HeaderEventType:
+		return true
+	case HeaderPartitionKey:
+		return m.PartitionKey != ""
+	}
+	return false
 }
 
 // ErrInvalidMessage is the sentinel every *ValidationError matches with errors.Is.

@@ -51,14 +51,15 @@ var (
 type Metrics struct {
 	cfg config
 
-	mu      sync.Mutex
-	dests   map[string]struct{}
-	running int // relay loops between SetUp(true) and SetUp(false)
+	mu        sync.Mutex
+	dests     map[string]struct{}                 // destination label values given out
+	published map[publishedKey]prometheus.Counter // series of publishedVec, once used
+	running   int                                 // relay loops between SetUp(true) and SetUp(false)
 
 	up              prometheus.Gauge
 	destUp          prometheus.Gauge
 	destOutages     prometheus.Counter
-	published       *prometheus.CounterVec
+	publishedVec    *prometheus.CounterVec
 	attempt         prometheus.Histogram
 	latency         prometheus.Histogram
 	batchSize       prometheus.Histogram
@@ -164,15 +165,16 @@ func NewMetrics(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets, ConstLabels: labels})
 	}
 	m := &Metrics{
-		cfg:   cfg,
-		dests: make(map[string]struct{}),
+		cfg:       cfg,
+		dests:     make(map[string]struct{}),
+		published: make(map[publishedKey]prometheus.Counter),
 		up: gauge("outbox_relay_up",
 			"1 while the relay loop runs, 0 once it stopped."),
 		destUp: gauge("outbox_relay_destination_up",
 			"0 while the relay finds the broker down and pauses to probe it, else 1."),
 		destOutages: counter("outbox_relay_destination_outages_total",
 			"Times the relay found the broker down and paused."),
-		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+		publishedVec: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "outbox_relay_published_total",
 			Help:        "Messages the relay tried to publish, by result (sent, retry, dead, unavailable, fenced) and destination.",
 			ConstLabels: labels,
@@ -199,7 +201,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		archive: newArchiveMetrics(labels),
 	}
 	m.destUp.Set(1)
-	m.all = []prometheus.Collector{m.up, m.destUp, m.destOutages, m.published, m.attempt, m.latency,
+	m.all = []prometheus.Collector{m.up, m.destUp, m.destOutages, m.publishedVec, m.attempt, m.latency,
 		m.batchSize, m.batchDuration, m.batchErrors, m.fenced, m.publishDuration, m.stats}
 	if err := reg.Register(m); err != nil {
 		return nil, fmt.Errorf("metrics: register relay %q: %w", cfg.relay, err)
@@ -263,7 +265,7 @@ func (m *Metrics) OnMessage(ev outbox.MessageEvent) {
 	if msg == nil {
 		msg = &outbox.Message{}
 	}
-	m.published.WithLabelValues(string(ev.Result), m.destination(msg)).Inc()
+	m.publishedCounter(ev.Result, msg).Inc()
 	if ev.Result != outbox.ResultUnavailable && msg.Attempt > 0 {
 		m.attempt.Observe(float64(msg.Attempt))
 	}
@@ -282,19 +284,34 @@ func (m *Metrics) OnDestination(up bool, _ error) {
 	m.destUp.Set(boolFloat(up))
 }
 
-// destination returns the bounded destination label of msg.
-func (m *Metrics) destination(msg *outbox.Message) string {
+// publishedKey names a series of outbox_relay_published_total.
+type publishedKey struct {
+	result outbox.Result
+	dest   string
+}
+
+// publishedCounter returns the outbox_relay_published_total series of
+// result and msg's bounded destination label. It keeps each series it used,
+// so a message costs one map lookup under m.mu rather than the vector's own
+// hashing, checks and lock as well.
+func (m *Metrics) publishedCounter(result outbox.Result, msg *outbox.Message) prometheus.Counter {
 	d := m.cfg.destination(msg)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.dests[d]; ok {
-		return d
+	if _, ok := m.dests[d]; !ok {
+		if len(m.dests) < m.cfg.maxDestinations {
+			m.dests[d] = struct{}{}
+		} else {
+			d = OtherDestination
+		}
 	}
-	if len(m.dests) < m.cfg.maxDestinations {
-		m.dests[d] = struct{}{}
-		return d
+	k := publishedKey{result: result, dest: d}
+	c, ok := m.published[k]
+	if !ok {
+		c = m.publishedVec.WithLabelValues(string(result), d)
+		m.published[k] = c
 	}
-	return OtherDestination
+	return c
 }
 
 func boolFloat(b bool) float64 {

@@ -129,17 +129,15 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error
 	if deadline, ok := ctx.Deadline(); ok {
 		stall = max(time.Until(deadline), time.Millisecond)
 	}
+	opts := []jetstream.PublishOpt{jetstream.WithStallWait(stall)}
 	errs := make([]error, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
+	b := batch{prefix: p.cfg.subjectPrefix}
 	for i, m := range msgs {
-		msg, err := p.natsMsg(m)
+		msg, err := b.natsMsg(m)
 		if err != nil {
 			errs[i] = err
 			continue
-		}
-		opts := []jetstream.PublishOpt{jetstream.WithStallWait(stall)}
-		if m.MessageID != "" {
-			opts = append(opts, jetstream.WithMsgID(m.MessageID))
 		}
 		f, err := p.js.PublishMsgAsync(msg, opts...)
 		if err != nil {
@@ -186,25 +184,75 @@ func (p *Publisher) expire(ctx context.Context, futures []jetstream.PubAckFuture
 	}
 }
 
-// natsMsg builds the NATS message for m, or a permanent error.
-func (p *Publisher) natsMsg(m *outbox.Message) (*nats.Msg, error) {
+// batch builds the NATS messages of one Publish call. The subject of a run
+// of messages with the same destination is made and checked once.
+type batch struct {
+	prefix  string
+	dest    string // destination of the last subject made
+	subject string // prefix + dest
+	subErr  error  // why subject is invalid, or nil
+	hasDest bool   // dest, subject and subErr are set
+}
+
+// msgBuf is a NATS message with room for the values of its usual headers
+// (the standard ones, Nats-Msg-Id and two of the caller's, such as the trace
+// context), so that they take one allocation. Each message has its own: the
+// client holds on to a message until its ack comes, and must not hold its
+// batch-mates with it.
+type msgBuf struct {
+	msg  nats.Msg
+	vals [8]string
+}
+
+// natsMsg builds the NATS message for m, or a permanent error. Its headers
+// are m's [outbox.Message.StandardHeaders] and, when m has a MessageID,
+// Nats-Msg-Id (what jetstream.WithMsgID would set).
+func (b *batch) natsMsg(m *outbox.Message) (*nats.Msg, error) {
 	if m == nil {
 		return nil, outbox.Permanent(errors.New("natspub: nil message"))
 	}
-	subject := p.Subject(m)
-	if err := validSubject(subject); err != nil {
-		return nil, outbox.Permanent(fmt.Errorf("natspub: subject %q: %w", subject, err))
+	subject, err := b.subjectOf(m)
+	if err != nil {
+		return nil, err
 	}
-	h := m.StandardHeaders()
-	hdr := make(nats.Header, len(h)+1)
-	for k, v := range h {
+	for k := range m.Headers { // the standard names are valid
 		if !validHeaderName(k) {
 			return nil, outbox.Permanent(fmt.Errorf("natspub: header name %q is not printable ASCII without spaces and %s",
 				k, headerForbidden))
 		}
-		hdr.Set(k, v)
 	}
-	return &nats.Msg{Subject: subject, Data: m.Payload, Header: hdr}, nil
+	buf := new(msgBuf)
+	n := len(m.Headers) + 6 // at most this many: the caller's, 5 standard, Nats-Msg-Id
+	vals := buf.vals[:]
+	if n > len(vals) {
+		vals = make([]string, n)
+	}
+	hdr := make(nats.Header, n)
+	// Each value is a slice of vals with a capacity of one, so that an
+	// append to it cannot overwrite the next.
+	for k, v := range m.StandardHeadersSeq() {
+		vals[0] = v
+		hdr[k], vals = vals[:1:1], vals[1:]
+	}
+	if m.MessageID != "" {
+		vals[0] = m.MessageID
+		hdr[jetstream.MsgIDHeader] = vals[:1:1]
+	}
+	buf.msg = nats.Msg{Subject: subject, Data: m.Payload, Header: hdr}
+	return &buf.msg, nil
+}
+
+// subjectOf returns the subject of m, checked.
+func (b *batch) subjectOf(m *outbox.Message) (string, error) {
+	dest := m.Destination()
+	if !b.hasDest || dest != b.dest {
+		b.dest, b.subject, b.hasDest = dest, b.prefix+dest, true
+		b.subErr = nil
+		if err := validSubject(b.subject); err != nil {
+			b.subErr = outbox.Permanent(fmt.Errorf("natspub: subject %q: %w", b.subject, err))
+		}
+	}
+	return b.subject, b.subErr
 }
 
 // classify marks a publish error with the class the relay acts on.
@@ -281,9 +329,17 @@ func validHeaderName(k string) bool {
 		return false
 	}
 	for i := range len(k) {
-		if c := k[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(headerForbidden, c) >= 0 {
+		if !headerNameByte[k[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// headerNameByte tells the bytes validHeaderName accepts.
+var headerNameByte = func() (ok [256]bool) {
+	for c := '!'; c < 0x7f; c++ {
+		ok[c] = !strings.ContainsRune(headerForbidden, c)
+	}
+	return ok
+}()

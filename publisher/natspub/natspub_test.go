@@ -209,6 +209,54 @@ func TestSubject(t *testing.T) {
 	require.Equal(t, "outbox.orders.eu", p.Subject(&outbox.Message{EventType: "ORDER_PAID", Topic: "orders.eu"}))
 }
 
+// TestHeadersAndSubjects checks each message of one batch for its exact
+// headers (StandardHeaders plus Nats-Msg-Id, however the caller's own
+// headers collide with them) and its own subject, and that a refused subject
+// fails only the messages that have it.
+func TestHeadersAndSubjects(t *testing.T) {
+	t.Parallel()
+	_, js := connect(t, testsvc.NATSURL(t))
+	name := stream(t, js)
+	p, err := natspub.New(js, natspub.WithSubjectPrefix(name+"."))
+	require.NoError(t, err)
+	rcv := newReceiver(t, js, name, name+".")
+
+	msg := func(topic string, h map[string]string) *outbox.Message {
+		return &outbox.Message{MessageID: outbox.NewMessageID(), AggregateType: "order", AggregateID: "1",
+			EventType: "ORDER_PAID", Topic: topic, Headers: h, Payload: []byte(`{}`)}
+	}
+	spoofed := msg("orders", map[string]string{"x-a": "1", outbox.HeaderMessageID: "spoofed",
+		outbox.HeaderPartitionKey: "mine", jetstream.MsgIDHeader: "spoofed"})
+	keyed := msg("orders", map[string]string{outbox.HeaderPartitionKey: "mine"})
+	keyed.PartitionKey = "tenant-1"
+	noID := msg("refunds", map[string]string{jetstream.MsgIDHeader: outbox.NewMessageID()})
+	noID.MessageID = ""
+	msgs := []*outbox.Message{spoofed, msg("orders.*", nil), msg("orders.*", nil), keyed, msg("", nil), noID, msg("orders", nil)}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	errs := p.Publish(ctx, msgs)
+	var sent []*outbox.Message
+	for i, m := range msgs {
+		if m.Destination() == "orders.*" {
+			require.True(t, outbox.IsPermanent(errs[i]), "message %d: want permanent, got %v", i, errs[i])
+			continue
+		}
+		require.NoError(t, errs[i], "message %d", i)
+		sent = append(sent, m)
+	}
+	got, err := rcv.Receive(ctx, len(sent))
+	require.NoError(t, err)
+	for i, m := range sent {
+		want := m.StandardHeaders()
+		if m.MessageID != "" {
+			want[jetstream.MsgIDHeader] = m.MessageID
+		}
+		require.Equal(t, want, got[i].Headers, "message %d", i)
+		require.Equal(t, m.Destination(), got[i].Topic, "message %d", i)
+	}
+}
+
 // TestRefusedMessagesArePermanent covers what the server or the client refuses
 // for the message itself: each fails alone, permanently, and its batch-mates
 // are stored.
