@@ -408,7 +408,8 @@ type batch struct {
 	send     []*Message
 	dead     []Dead
 	deadErrs []error
-	errs     []error // the publisher's results for send
+	errs     []error   // the publisher's results for send
+	held     HeldClaim // the store's open transaction holding the rows, or nil
 }
 
 // claim claims up to limit rows and sorts them into those to send and those
@@ -421,6 +422,7 @@ func (r *Relay) claim(ctx context.Context, limit int) (*batch, error) {
 		Lease:       r.cfg.lease,
 		Ordered:     r.cfg.ordered,
 		BlockOnDead: r.cfg.ordered && r.cfg.deadPolicy == DeadBlocks,
+		Delete:      r.cfg.deleteSent,
 	})
 	if err != nil {
 		err = fmt.Errorf("claim batch: %w", err)
@@ -435,6 +437,7 @@ func (r *Relay) claim(ctx context.Context, limit int) (*batch, error) {
 		ev:    BatchEvent{Claimed: claimed},
 		start: start,
 		send:  make([]*Message, 0, len(claim.Messages)),
+		held:  claim.Held,
 	}
 	for _, bad := range claim.Malformed {
 		b.kill(bad.Message, fmt.Errorf("malformed row: %w", bad.Err))
@@ -510,6 +513,32 @@ func (r *Relay) settle(ctx context.Context, b *batch) (ev BatchEvent, unavailabl
 
 	sctx, cancel := context.WithTimeout(bctx, storeTimeout)
 	defer cancel()
+	if b.held != nil {
+		err = r.settleHeld(sctx, b.held, &ev, sent, retries, refunds, dead)
+	} else {
+		err = r.settleEach(sctx, &ev, sent, retries, refunds, dead)
+	}
+	ev.Err = err
+
+	r.report(ctx, now, sent, retries, retryErrs, refunds, dead, deadErrs, down)
+	r.batchDone(ev, b.start)
+	return ev, unavailable, err
+}
+
+// settleHeld settles a batch whose rows the store holds in an open
+// transaction, with one call that commits it.
+func (r *Relay) settleHeld(ctx context.Context, held HeldClaim, ev *BatchEvent, sent []*Message, retries, refunds []Retry, dead []Dead) error {
+	n, err := held.Settle(ctx, SettleParams{Sent: sent, Retries: retries, Refunds: refunds, Dead: dead})
+	if err != nil {
+		return fmt.Errorf("settle %d messages: %w", len(sent)+len(retries)+len(refunds)+len(dead), err)
+	}
+	ev.Sent, ev.Fenced = n, len(sent)-n
+	ev.Retried, ev.Dead = len(retries), len(dead)
+	return nil
+}
+
+// settleEach settles a batch with a store call for each fate.
+func (r *Relay) settleEach(sctx context.Context, ev *BatchEvent, sent []*Message, retries, refunds []Retry, dead []Dead) error {
 	var storeErrs []error
 	if len(sent) > 0 {
 		n, err := r.store.Ack(sctx, AckParams{Messages: sent, Delete: r.cfg.deleteSent})
@@ -538,12 +567,7 @@ func (r *Relay) settle(ctx context.Context, b *batch) (ev BatchEvent, unavailabl
 			ev.Dead = len(dead)
 		}
 	}
-	err = errors.Join(storeErrs...)
-	ev.Err = err
-
-	r.report(ctx, now, sent, retries, retryErrs, refunds, dead, deadErrs, down)
-	r.batchDone(ev, b.start)
-	return ev, unavailable, err
+	return errors.Join(storeErrs...)
 }
 
 // unreachable reports whether err says the destination could not be reached

@@ -50,6 +50,10 @@ type ClaimParams struct {
 	// BlockOnDead, with Ordered, makes a dead row block its aggregate's later
 	// rows until an operator retries or discards it.
 	BlockOnDead bool
+	// Delete says whether the relay deletes acknowledged rows (true) or keeps
+	// them as sent. Only a store that settles batches in the claim's own
+	// transaction (see [Claim.Held]) needs to know it at claim time.
+	Delete bool
 }
 
 // Claim is the result of [Store.Claim].
@@ -60,6 +64,35 @@ type Claim struct {
 	// a required column, a payload that is not JSON, ...). Each carries at
 	// least RowID and Attempt so that it can be killed.
 	Malformed []MalformedRow
+	// Held, when not nil, is the store's open transaction that holds the
+	// claimed rows until the batch is settled. The relay then settles the
+	// batch with one call of Held.Settle instead of Ack, Reschedule and Kill.
+	Held HeldClaim
+}
+
+// HeldClaim is a claim whose rows a store keeps in an open transaction while
+// the relay publishes them, so that the claim, the acknowledgement and the
+// commit cost one statement and one commit for the whole batch. If the relay
+// or its connection dies before Settle commits, the transaction rolls back and
+// the rows are pending again, exactly as they were.
+type HeldClaim interface {
+	// Settle records what became of the batch and ends the transaction:
+	// p.Sent are acknowledged (deleted or kept as sent, as the claim was told
+	// by ClaimParams.Delete), p.Retries and p.Refunds made due again at their
+	// times (a refund does not count the attempt), p.Dead marked dead, each
+	// fenced like Ack. It returns how many of p.Sent it acknowledged. It must
+	// be called exactly once. On error nothing of the batch may be taken as
+	// recorded: the rows can be pending again, and the sent ones published
+	// again (at-least-once).
+	Settle(ctx context.Context, p SettleParams) (int, error)
+}
+
+// SettleParams are the inputs of [HeldClaim.Settle].
+type SettleParams struct {
+	Sent    []*Message // acknowledged by the broker
+	Retries []Retry    // to publish again later, the attempt counted
+	Refunds []Retry    // to publish again later, the attempt not counted
+	Dead    []Dead     // to mark dead
 }
 
 // MalformedRow is a claimed row that could not be turned into a Message.

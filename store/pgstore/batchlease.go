@@ -135,32 +135,52 @@ SELECT * FROM c`, table, lease, q.dataColumns)
 	settled := func(args string) string {
 		return fmt.Sprintf(`WITH f AS (
 	SELECT o.id FROM %[1]s AS o JOIN %[3]s ON o.id = a.id
-	WHERE o.retry_count = a.attempt - 1 AND o.status = 0
+	WHERE COALESCE(o.retry_count, 0) = a.attempt - 1 AND o.status = 0
 ), l AS (
 	UPDATE %[2]s AS l SET ids = ARRAY(SELECT x FROM unnest(l.ids) AS x WHERE x NOT IN (SELECT id FROM f))
 	WHERE l.ids && ARRAY(SELECT id FROM f)
 )
 `, table, lease, args)
 	}
-	const (
-		args2 = "unnest($1::bigint[], $2::integer[]) AS a(id, attempt)"
-		args3 = "unnest($1::bigint[], $2::integer[], $3::text[]) AS a(id, attempt, err)"
-		args4 = "unnest($1::bigint[], $2::integer[], $3::timestamptz[], $4::text[]) AS a(id, attempt, at, err)"
-	)
-	fence := "o.id = a.id AND o.retry_count = a.attempt - 1 AND o.status = 0" + async
-	q.ack = settled(args2) + fmt.Sprintf(`UPDATE %s AS o SET status = 1, retry_count = a.attempt, updated_at = now()
+	d := buildDeferred(table, lastErr, async)
+	q.ack = settled(argsFence) + d.ack
+	q.del = settled(argsFence) + d.del
+	q.reschedule = settled(argsRetry) + d.reschedule
+	q.kill = settled(argsKill) + d.kill
+}
+
+// The row sets of the settling statements' parameters.
+const (
+	argsFence = "unnest($1::bigint[], $2::integer[]) AS a(id, attempt)"
+	argsKill  = "unnest($1::bigint[], $2::integer[], $3::text[]) AS a(id, attempt, err)"
+	argsRetry = "unnest($1::bigint[], $2::integer[], $3::timestamptz[], $4::text[]) AS a(id, attempt, at, err)"
+)
+
+// deferredQueries settle rows whose claim did not count the attempt (batch
+// leases, held claims): they are fenced by retry_count = attempt - 1 and
+// write the attempt, and take the same parameters as the queries' ack, del,
+// reschedule and kill.
+type deferredQueries struct {
+	ack, del, reschedule, kill string
+}
+
+func buildDeferred(table, lastErr, async string) deferredQueries {
+	fence := "o.id = a.id AND COALESCE(o.retry_count, 0) = a.attempt - 1 AND o.status = 0" + async
+	return deferredQueries{
+		ack: fmt.Sprintf(`UPDATE %s AS o SET status = 1, retry_count = a.attempt, updated_at = now()
 FROM %s
-WHERE %s`, table, args2, fence)
-	q.del = settled(args2) + fmt.Sprintf(`DELETE FROM %s AS o
+WHERE %s`, table, argsFence, fence),
+		del: fmt.Sprintf(`DELETE FROM %s AS o
 USING %s
-WHERE %s`, table, args2, fence)
-	q.reschedule = settled(args4) + fmt.Sprintf(`UPDATE %s AS o
+WHERE %s`, table, argsFence, fence),
+		reschedule: fmt.Sprintf(`UPDATE %s AS o
 SET next_retry_at = a.at, retry_count = a.attempt - $5::integer, updated_at = now()%s
 FROM %s
-WHERE %s`, table, lastErr, args4, fence)
-	q.kill = settled(args3) + fmt.Sprintf(`UPDATE %s AS o SET status = 2, retry_count = a.attempt, updated_at = now()%s
+WHERE %s`, table, lastErr, argsRetry, fence),
+		kill: fmt.Sprintf(`UPDATE %s AS o SET status = 2, retry_count = a.attempt, updated_at = now()%s
 FROM %s
-WHERE %s`, table, lastErr, args3, fence)
+WHERE %s`, table, lastErr, argsKill, fence),
+	}
 }
 
 // claimLeased claims with a batch lease, in one round trip: a transaction
@@ -206,16 +226,28 @@ func readLeasedClaim(br pgx.BatchResults, q *queries, n int) (*outbox.Claim, err
 			return nil, err
 		}
 	}
+	claim, err := scanClaim(br, q)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := br.Exec(); err != nil { // COMMIT
+		return nil, err
+	}
+	return claim, nil
+}
+
+// scanClaim reads the next result of br, a claim's rows.
+func scanClaim(br pgx.BatchResults, q *queries) (*outbox.Claim, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
+	defer rows.Close()
 	claim := &outbox.Claim{}
 	var r claimedRow
 	dest := r.dest(q)
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
-			rows.Close()
 			return nil, fmt.Errorf("read row: %w", err)
 		}
 		m, err := r.message()
@@ -227,9 +259,6 @@ func readLeasedClaim(br pgx.BatchResults, q *queries, n int) (*outbox.Claim, err
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if _, err := br.Exec(); err != nil { // COMMIT
 		return nil, err
 	}
 	return claim, nil

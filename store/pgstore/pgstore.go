@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"regexp"
@@ -64,6 +65,7 @@ type config struct {
 	notifyEvery   time.Duration // at most one notifying write per this long; 0: every write
 	asyncCommit   bool          // the relay's statements commit with synchronous_commit = off
 	batchLease    bool          // claims lease a batch with one row of a side table (batchlease.go)
+	heldClaims    bool          // claims hold their rows in a transaction until settled (held.go)
 }
 
 // Option configures a [Store].
@@ -137,6 +139,33 @@ func WithNotifyTrigger(on bool) Option { return func(c *config) { c.notifyTrigge
 // contract describes).
 func WithBatchLease(on bool) Option { return func(c *config) { c.batchLease = on } }
 
+// WithHeldClaims makes each unordered claim lock its rows (SELECT ... FOR
+// UPDATE SKIP LOCKED) in a transaction that stays open while the relay
+// publishes the batch, and settle them in that same transaction: the sent
+// rows deleted or marked sent, the failed ones rescheduled or marked dead,
+// then one commit. Each row is written once, instead of a lease and then an
+// acknowledgement (each a new version of the row and its index entries), and
+// a batch costs one commit instead of two. It is the fastest way to drain a
+// backlog, and several relays share a table without waiting for each other:
+// other claims skip the locked rows, and no relay can take them over while
+// the transaction is open.
+//
+// If the relay, its connection or the database dies before the commit, the
+// rows are pending again as they were, and the next claim publishes them
+// again. What it costs:
+//   - A relay holds one connection and an open transaction per batch in
+//     flight, for as long as the publish takes (bounded by the relay's
+//     publish timeout); size the pool for the relay's max in flight, and keep
+//     idle_in_transaction_session_timeout, if set, above the publish timeout.
+//   - An attempt that never finished is not counted (there is no lease to run
+//     out): a message that makes the relay process crash every time it is
+//     published is never marked dead.
+//
+// Ordered claims are not held: with ordering the store leases rows as without
+// this option. Relays with held claims and relays with row leases (the
+// default) may share a table; [WithBatchLease] excludes both. Default: off.
+func WithHeldClaims(on bool) Option { return func(c *config) { c.heldClaims = on } }
+
 // WithAsyncCommit makes the relay's own statements (Claim, Ack, Reschedule
 // and Kill) commit with synchronous_commit = off, set for their transaction
 // only: PostgreSQL then confirms them without waiting for the WAL to reach
@@ -171,6 +200,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	parts, err := splitTable(cfg.table)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: new store: %w", err)
+	}
+	if cfg.heldClaims && cfg.batchLease {
+		return nil, errors.New("pgstore: new store: WithHeldClaims and WithBatchLease are two ways of claiming; choose one")
 	}
 	s := &Store{pool: pool, cfg: cfg, ident: pgx.Identifier(parts).Sanitize()}
 	if cfg.notify || cfg.notifyTrigger {
@@ -235,7 +267,8 @@ func (s *Store) queriesFor(ctx context.Context, run rowQuerier) (*queries, error
 	if err != nil {
 		return nil, err
 	}
-	q, err = buildQueries(s.ident, cols, buildOptions{asyncCommit: s.cfg.asyncCommit, leaseTable: s.leaseTable()})
+	q, err = buildQueries(s.ident, cols, buildOptions{
+		asyncCommit: s.cfg.asyncCommit, leaseTable: s.leaseTable(), heldClaims: s.cfg.heldClaims})
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: table %s: %w", s.cfg.table, err)
 	}

@@ -20,6 +20,7 @@ type queries struct {
 	columnList   string        // the columns a claimedRow scans, of the table aliased o
 	dataColumns  string        // columnList without id and the attempt
 	lease        *leaseQueries // WithBatchLease's statements (batchlease.go), nil without it
+	held         *heldQueries  // WithHeldClaims's statements (held.go), nil without it
 	insert       string        // $1..$8 the columns as arrays
 	insertNotify string        // insert, and NOTIFY channel $9 when the transaction commits
 	claim        [3]string     // unordered, ordered, ordered with dead rows blocking
@@ -51,6 +52,7 @@ func jsonCast(col, typ string) (string, error) {
 type buildOptions struct {
 	asyncCommit bool   // relay statements set synchronous_commit = off for their transaction
 	leaseTable  string // the batch lease table, quoted, with WithBatchLease; "" otherwise
+	heldClaims  bool   // WithHeldClaims
 }
 
 // asyncCommitFilter is a one-time filter (an InitPlan, evaluated once per
@@ -185,6 +187,9 @@ WHERE status IN (0, 2) OR (status = 1 AND updated_at >= now() - interval '1 hour
 	OR status IS NULL OR status < 0 OR status > 2`, table)
 	if opt.leaseTable != "" {
 		buildLeaseQueries(q, table, opt.leaseTable, lastErr, async)
+	}
+	if opt.heldClaims {
+		q.held = buildHeldQueries(table, q.dataColumns, lastErr, async)
 	}
 	return q, nil
 }

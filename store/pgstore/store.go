@@ -40,6 +40,9 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	if q.lease != nil {
 		return s.claimLeased(ctx, q, p)
 	}
+	if q.held != nil && !p.Ordered {
+		return s.claimHeld(ctx, q, p)
+	}
 	if p.Ordered {
 		return s.claimOrdered(ctx, q, p)
 	}
@@ -119,7 +122,7 @@ func (r *claimedRow) message() (*outbox.Message, error) {
 		}
 	}
 	if r.headers.Valid && r.headers.String != "" { // "" in a text column: no headers
-		if err := json.Unmarshal([]byte(r.headers.String), &m.Headers); err != nil {
+		if err := decodeHeaders(r.headers.String, &m.Headers); err != nil {
 			bad = append(bad, "headers are not a JSON object of strings: "+err.Error())
 		}
 	}
@@ -127,6 +130,85 @@ func (r *claimedRow) message() (*outbox.Message, error) {
 		return m, fmt.Errorf("pgstore: row %d: %s", r.id, strings.Join(bad, ", "))
 	}
 	return m, nil
+}
+
+// decodeHeaders decodes a headers column into *h as json.Unmarshal does.
+// The usual content, a flat object of strings without escapes (trace
+// context), is decoded without reflection, its keys and values sharing s.
+func decodeHeaders(s string, h *map[string]string) error {
+	if m, ok := plainHeaders(s); ok {
+		*h = m
+		return nil
+	}
+	return json.Unmarshal([]byte(s), h)
+}
+
+// plainHeaders decodes s when it is valid UTF-8 and a JSON object whose keys
+// and values are strings without escapes or control characters. For
+// anything else ok is false, and json.Unmarshal decodes or refuses it.
+func plainHeaders(s string) (map[string]string, bool) {
+	if !utf8.ValidString(s) {
+		return nil, false
+	}
+	i := skipJSONSpace(s, 0)
+	if i == len(s) || s[i] != '{' {
+		return nil, false
+	}
+	h := make(map[string]string, strings.Count(s, `"`)/4)
+	if i = skipJSONSpace(s, i+1); i < len(s) && s[i] == '}' {
+		return h, skipJSONSpace(s, i+1) == len(s)
+	}
+	for {
+		k, j, ok := plainJSONString(s, i)
+		if !ok {
+			return nil, false
+		}
+		if j = skipJSONSpace(s, j); j == len(s) || s[j] != ':' {
+			return nil, false
+		}
+		v, j, ok := plainJSONString(s, skipJSONSpace(s, j+1))
+		if !ok {
+			return nil, false
+		}
+		h[k] = v
+		if j = skipJSONSpace(s, j); j == len(s) {
+			return nil, false
+		}
+		switch s[j] {
+		case ',':
+			i = skipJSONSpace(s, j+1)
+		case '}':
+			return h, skipJSONSpace(s, j+1) == len(s)
+		default:
+			return nil, false
+		}
+	}
+}
+
+// plainJSONString returns the JSON string starting at s[i] and the index
+// after it, when it has no escape and no control character.
+func plainJSONString(s string, i int) (string, int, bool) {
+	if i >= len(s) || s[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(s); j++ {
+		switch c := s[j]; {
+		case c == '"':
+			return s[i+1 : j], j + 1, true
+		case c == '\\' || c < 0x20:
+			return "", 0, false
+		}
+	}
+	return "", 0, false
+}
+
+// skipJSONSpace returns the index of the first byte from i on that is not
+// JSON whitespace.
+func skipJSONSpace(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
+	}
+	return i
 }
 
 // fenceArgs returns the row ids and attempts of msgs, sorted by id so that
@@ -201,12 +283,9 @@ func (s *Store) Reschedule(ctx context.Context, p outbox.RescheduleParams) error
 	if len(p.Retries) == 0 {
 		return nil
 	}
-	args := make([]retryArg, len(p.Retries))
-	for i, r := range p.Retries {
-		if r.Message == nil {
-			return fmt.Errorf("pgstore: reschedule: retry %d has a nil message", i)
-		}
-		args[i] = retryArg{id: r.Message.RowID, attempt: int32(r.Message.Attempt), at: r.At, err: cleanText(r.Err)}
+	ids, attempts, ats, errs, err := retryArgs(p.Retries)
+	if err != nil {
+		return fmt.Errorf("pgstore: reschedule: %w", err)
 	}
 	q, err := s.queriesFor(ctx, s.poolRow)
 	if err != nil {
@@ -216,11 +295,23 @@ func (s *Store) Reschedule(ctx context.Context, p outbox.RescheduleParams) error
 	if p.Refund {
 		refund = 1
 	}
-	ids, attempts, ats, errs := sortedRetries(args)
 	if _, err := s.pool.Exec(ctx, q.reschedule, ids, attempts, ats, errs, refund); err != nil {
 		return fmt.Errorf("pgstore: reschedule %d messages: %w", len(ids), err)
 	}
 	return nil
+}
+
+// retryArgs returns the parameters of a reschedule statement, sorted by id.
+func retryArgs(retries []outbox.Retry) ([]int64, []int32, []time.Time, []string, error) {
+	args := make([]retryArg, len(retries))
+	for i, r := range retries {
+		if r.Message == nil {
+			return nil, nil, nil, nil, fmt.Errorf("retry %d has a nil message", i)
+		}
+		args[i] = retryArg{id: r.Message.RowID, attempt: int32(r.Message.Attempt), at: r.At, err: cleanText(r.Err)}
+	}
+	ids, attempts, ats, errs := sortedRetries(args)
+	return ids, attempts, ats, errs, nil
 }
 
 // Kill marks the messages dead (status 2) and records each reason in
@@ -229,22 +320,31 @@ func (s *Store) Kill(ctx context.Context, p outbox.KillParams) error {
 	if len(p.Dead) == 0 {
 		return nil
 	}
-	args := make([]retryArg, len(p.Dead))
-	for i, d := range p.Dead {
-		if d.Message == nil {
-			return fmt.Errorf("pgstore: kill: dead %d has a nil message", i)
-		}
-		args[i] = retryArg{id: d.Message.RowID, attempt: int32(d.Message.Attempt), err: cleanText(d.Reason)}
+	ids, attempts, reasons, err := deadArgs(p.Dead)
+	if err != nil {
+		return fmt.Errorf("pgstore: kill: %w", err)
 	}
 	q, err := s.queriesFor(ctx, s.poolRow)
 	if err != nil {
 		return err
 	}
-	ids, attempts, _, reasons := sortedRetries(args)
 	if _, err := s.pool.Exec(ctx, q.kill, ids, attempts, reasons); err != nil {
 		return fmt.Errorf("pgstore: kill %d messages: %w", len(ids), err)
 	}
 	return nil
+}
+
+// deadArgs returns the parameters of a kill statement, sorted by id.
+func deadArgs(dead []outbox.Dead) ([]int64, []int32, []string, error) {
+	args := make([]retryArg, len(dead))
+	for i, d := range dead {
+		if d.Message == nil {
+			return nil, nil, nil, fmt.Errorf("dead %d has a nil message", i)
+		}
+		args[i] = retryArg{id: d.Message.RowID, attempt: int32(d.Message.Attempt), err: cleanText(d.Reason)}
+	}
+	ids, attempts, _, reasons := sortedRetries(args)
+	return ids, attempts, reasons, nil
 }
 
 // Stats reports the backlog in one query: pending rows (leased ones

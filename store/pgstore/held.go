@@ -1,0 +1,189 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox"
+)
+
+// Held claims (WithHeldClaims).
+//
+// A held claim locks its rows in a transaction that stays open while the
+// relay publishes them, and settles them in that transaction:
+//
+//	BEGIN
+//	SELECT the first due rows ... FOR UPDATE SKIP LOCKED
+//	(the relay publishes the batch and waits for the broker)
+//	DELETE (or mark sent) the sent rows, reschedule or kill the others
+//	COMMIT
+//
+// A batch costs two round trips and one commit, and each row is written once
+// (deleted or marked sent; a retry or a death is the one write of its row);
+// with row leases a row is written twice (the lease, then the ack), with new
+// index entries each time, and a batch costs two commits. Other claims skip
+// the locked rows, as they skip leased ones, and since the rows stay locked
+// until the commit, no other relay can take them in between, whatever
+// happens to the batch.
+//
+// The settling statements are those of batch leases (fenced by retry_count =
+// attempt - 1, writing the attempt): the claim reads retry_count and counts
+// the attempt only in what it hands out.
+//
+// If the relay, its connection or the database dies before COMMIT, the
+// transaction rolls back and the rows are pending as before the claim, to be
+// published again (at-least-once, duplicates bounded by the batches in
+// flight). Unlike leases, the attempt is not counted then, so a message that
+// crashes the relay process every time is never marked dead.
+
+// heldQueries are the statements of held claims.
+type heldQueries struct {
+	claim    string // $1 limit
+	deferred deferredQueries
+}
+
+func buildHeldQueries(table, dataColumns, lastErr, async string) *heldQueries {
+	return &heldQueries{
+		claim: fmt.Sprintf(`SELECT o.id, COALESCE(o.retry_count, 0) + 1, %s
+FROM %s AS o
+WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())%s
+ORDER BY o.id
+LIMIT $1
+FOR UPDATE SKIP LOCKED`, dataColumns, table, async),
+		deferred: buildDeferred(table, lastErr, async),
+	}
+}
+
+// claimHeld claims in a transaction that it leaves open, in one round trip,
+// and returns the claim with the transaction in Claim.Held. A claim that
+// finds nothing ends its transaction.
+func (s *Store) claimHeld(ctx context.Context, q *queries, p outbox.ClaimParams) (*outbox.Claim, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: claim: %w", err)
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(q.held.claim, p.Limit)
+	br := conn.SendBatch(ctx, b)
+	claim, err := readHeldClaim(br, q)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil || len(claim.Messages)+len(claim.Malformed) == 0 {
+		release(conn)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: claim: %w", err)
+		}
+		return claim, nil
+	}
+	sortClaim(claim)
+	claim.Held = &heldClaim{store: s, q: q, conn: conn, delete: p.Delete}
+	return claim, nil
+}
+
+func readHeldClaim(br pgx.BatchResults, q *queries) (*outbox.Claim, error) {
+	if _, err := br.Exec(); err != nil { // BEGIN
+		return nil, err
+	}
+	return scanClaim(br, q)
+}
+
+// release ends the connection's transaction, if any, and gives it back to the
+// pool. A connection that cannot roll back is closed by the pool, which rolls
+// back on the server.
+func release(conn *pgxpool.Conn) {
+	if conn.Conn().PgConn().TxStatus() != 'I' && !conn.Conn().IsClosed() {
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		_, _ = conn.Exec(ctx, "ROLLBACK")
+		cancel()
+	}
+	conn.Release()
+}
+
+// storeTimeout bounds the ROLLBACK of a held claim's transaction that is given up.
+const storeTimeout = 5 * time.Second
+
+// heldClaim is a claim's open transaction: an [outbox.HeldClaim].
+type heldClaim struct {
+	store  *Store
+	q      *queries
+	conn   *pgxpool.Conn // nil once settled
+	delete bool
+}
+
+// Settle acknowledges, reschedules and kills the batch's rows in the claim's
+// transaction and commits it, in one round trip. It returns how many sent
+// messages it acknowledged.
+func (h *heldClaim) Settle(ctx context.Context, p outbox.SettleParams) (int, error) {
+	conn := h.conn
+	if conn == nil {
+		return 0, errors.New("pgstore: settle: the claim was already settled")
+	}
+	h.conn = nil
+	defer release(conn)
+
+	d := h.q.held.deferred
+	b := &pgx.Batch{}
+	ack := -1 // the index of the ack in the batch
+	if len(p.Sent) > 0 {
+		ids, attempts, err := fenceArgs(p.Sent)
+		if err != nil {
+			return 0, fmt.Errorf("pgstore: settle: %w", err)
+		}
+		sql := d.ack
+		if h.delete {
+			sql = d.del
+		}
+		ack = b.Len()
+		b.Queue(sql, ids, attempts)
+	}
+	for refund, rs := range [][]outbox.Retry{p.Retries, p.Refunds} {
+		if len(rs) == 0 {
+			continue
+		}
+		ids, attempts, ats, errs, err := retryArgs(rs)
+		if err != nil {
+			return 0, fmt.Errorf("pgstore: settle: %w", err)
+		}
+		b.Queue(d.reschedule, ids, attempts, ats, errs, refund)
+	}
+	if len(p.Dead) > 0 {
+		ids, attempts, reasons, err := deadArgs(p.Dead)
+		if err != nil {
+			return 0, fmt.Errorf("pgstore: settle: %w", err)
+		}
+		b.Queue(d.kill, ids, attempts, reasons)
+	}
+	b.Queue("COMMIT")
+
+	n := b.Len()
+	br := conn.SendBatch(ctx, b)
+	acked := 0
+	var err error
+	for i := range n {
+		tag, e := br.Exec()
+		if e != nil {
+			err = e
+			break
+		}
+		switch {
+		case i == ack:
+			acked = int(tag.RowsAffected())
+		case i == n-1 && tag.String() != "COMMIT":
+			err = fmt.Errorf("commit answered %q: the transaction was rolled back", tag.String())
+		}
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: settle %d messages: %w", len(p.Sent)+len(p.Retries)+len(p.Refunds)+len(p.Dead), err)
+	}
+	return acked, nil
+}
