@@ -40,6 +40,8 @@ func BenchmarkRelayDrain(b *testing.B) {
 		{"batch1000_inflight4_lease", benchcmd.Config{BatchSize: 1000, MaxInFlight: 4, BatchLease: true}},
 		{"batch1000_inflight4_lease_async", benchcmd.Config{BatchSize: 1000, MaxInFlight: 4, BatchLease: true, AsyncCommit: true}},
 		{"batch1000_inflight4_lease_2relays", benchcmd.Config{BatchSize: 1000, MaxInFlight: 4, BatchLease: true, Relays: 2}},
+		{"batch1000_inflight4_held", benchcmd.Config{BatchSize: 1000, MaxInFlight: 4, HeldClaims: true}},
+		{"batch1000_inflight4_held_2relays", benchcmd.Config{BatchSize: 1000, MaxInFlight: 4, HeldClaims: true, Relays: 2}},
 	}
 	for _, del := range []bool{false, true} {
 		for _, sh := range shapes {

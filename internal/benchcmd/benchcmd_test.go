@@ -106,6 +106,29 @@ func TestRunPostgresJSON(t *testing.T) {
 	require.Zero(t, tables, "the run left its table behind")
 }
 
+// TestRunPostgresHeldClaims drains a small backlog on the real PostgreSQL
+// with held claims, two relays and four batches in flight each: every batch
+// in flight holds a connection of the run's pool until it is settled.
+func TestRunPostgresHeldClaims(t *testing.T) {
+	t.Parallel()
+	pool, schema, dsn := testsvc.PostgresSchema(t)
+	var out bytes.Buffer
+	rep, err := Run(t.Context(), Config{DB: dsn, Broker: testsvc.NATSURL(t), Rows: 3000, Tests: []string{TestDrain},
+		SkipBaseline: true, Relays: 2, MaxInFlight: 4, BatchSize: 100, HeldClaims: true}, &out)
+	require.NoError(t, err)
+	require.True(t, rep.Settings.HeldClaims)
+	require.False(t, rep.Settings.BatchLease)
+	require.Len(t, rep.Drain, 1)
+	require.True(t, rep.Drain[0].Complete, "checkDelivered found every row sent and the stream holding each once")
+	require.Equal(t, 3000, rep.Drain[0].Delivered)
+	require.Contains(t, out.String(), ", held claims\n")
+
+	var tables int
+	require.NoError(t, pool.QueryRow(t.Context(),
+		"SELECT count(*) FROM pg_tables WHERE schemaname = $1", schema).Scan(&tables))
+	require.Zero(t, tables, "the run left its table behind")
+}
+
 // TestRunMySQL covers the MySQL path with a small drain.
 func TestRunMySQL(t *testing.T) {
 	t.Parallel()
@@ -138,6 +161,8 @@ func TestConfigValidate(t *testing.T) {
 		{"UnknownDB", Config{DB: "oracle://scott:tiger@db/x"}, []string{"want postgres://"}},
 		{"SQLiteWithoutPath", Config{DB: "sqlite://"}, []string{"needs a file path"}},
 		{"MySQLDSN", Config{DB: "root@tcp(127.0.0.1:3306)/test"}, nil},
+		{"HeldClaims", Config{HeldClaims: true}, nil},
+		{"HeldClaimsWithBatchLease", Config{HeldClaims: true, BatchLease: true}, []string{"held claims: exclude batch lease"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

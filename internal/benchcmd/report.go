@@ -36,6 +36,9 @@ func writeReport(out io.Writer, rep *Report, asJSON bool) error {
 	if s.BatchLease {
 		b.WriteString(", batch leases")
 	}
+	if s.HeldClaims {
+		b.WriteString(", held claims")
+	}
 	b.WriteString("\n")
 
 	if len(rep.Drain) > 0 {

@@ -57,6 +57,7 @@ type Settings struct {
 	// NotifyIntervalMs is how often, at most, writes notify; 0 means every write (PostgreSQL with Notify only).
 	NotifyIntervalMs float64 `json:"notify_interval_ms,omitempty"`
 	BatchLease       bool    `json:"batch_lease,omitempty"` // PostgreSQL only
+	HeldClaims       bool    `json:"held_claims,omitempty"` // PostgreSQL only
 	Writers          int     `json:"writers"`               // the latency test's concurrent write transactions
 }
 
@@ -129,7 +130,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		Settings: Settings{Relays: cfg.Relays, BatchSize: cfg.BatchSize, MaxInFlight: cfg.MaxInFlight,
 			PollIntervalMs: float64(cfg.PollInterval) / float64(time.Millisecond), DeleteSent: cfg.DeleteSent,
 			AsyncCommit: cfg.AsyncCommit && db.kind == "postgres", Notify: !cfg.NoNotify && db.kind == "postgres",
-			BatchLease: cfg.BatchLease && db.kind == "postgres", Writers: cfg.Writers},
+			BatchLease: cfg.BatchLease && db.kind == "postgres", HeldClaims: cfg.HeldClaims && db.kind == "postgres",
+			Writers: cfg.Writers},
 	}
 	if rep.Settings.Notify {
 		rep.Settings.NotifyIntervalMs = float64(max(cfg.NotifyInterval, 0)) / float64(time.Millisecond)

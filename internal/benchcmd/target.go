@@ -95,8 +95,10 @@ func openDatabase(ctx context.Context, cfg Config, dir, table string) (_ *databa
 	if err != nil {
 		return nil, err
 	}
-	// Connections: per relay, one claim and one acknowledgement per batch
-	// in flight and a listener; the writers; the run's own statements.
+	// Connections: per relay, a claim and one acknowledgement per batch in
+	// flight and a listener (with held claims, each batch in flight holds
+	// its connection from the claim until it is settled, which this covers);
+	// the writers; the run's own statements.
 	conns := cfg.Relays*(cfg.MaxInFlight+2) + cfg.Writers + 2
 	switch d.kind {
 	case "postgres":
@@ -133,7 +135,8 @@ func (d *database) openPostgres(ctx context.Context, cfg Config, raw string, con
 	}
 	st, err := pgstore.New(pool, pgstore.WithTable(d.table), pgstore.WithNotify(!cfg.NoNotify),
 		pgstore.WithNotifyInterval(max(cfg.NotifyInterval, 0)),
-		pgstore.WithAsyncCommit(cfg.AsyncCommit), pgstore.WithBatchLease(cfg.BatchLease))
+		pgstore.WithAsyncCommit(cfg.AsyncCommit), pgstore.WithBatchLease(cfg.BatchLease),
+		pgstore.WithHeldClaims(cfg.HeldClaims))
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,7 @@ func benchCommand() *ucli.Command {
 			&ucli.DurationFlag{Name: "notify-interval", Usage: "PostgreSQL: a write notifies at most this often (0: every write)",
 				Value: benchcmd.DefaultNotifyInterval},
 			&ucli.BoolFlag{Name: "batch-lease", Usage: "PostgreSQL: lease each batch with one row of a side table, not every row"},
+			&ucli.BoolFlag{Name: "held-claims", Usage: "PostgreSQL: lock each batch in a transaction held open while it is published, and settle it there"},
 			&ucli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&ucli.StringFlag{Name: "chart", Usage: "write a chart of latency over time to `FILE` (.svg)", TakesFile: true},
 			&ucli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
@@ -67,7 +68,7 @@ func benchCommand() *ucli.Command {
 				BatchSize: cmd.Int("batch"), MaxInFlight: cmd.Int("in-flight"),
 				PollInterval: cmd.Duration("poll-interval"), DeleteSent: cmd.Bool("delete-sent"),
 				AsyncCommit: cmd.Bool("async-commit"), NoNotify: !cmd.Bool("notify"), BatchLease: cmd.Bool("batch-lease"),
-				JSON: cmd.Bool("json"), Chart: cmd.String("chart"),
+				HeldClaims: cmd.Bool("held-claims"), JSON: cmd.Bool("json"), Chart: cmd.String("chart"),
 				NotifyInterval: cmd.Duration("notify-interval"),
 			}
 			if cfg.NotifyInterval == 0 {

@@ -95,6 +95,7 @@ func TestHelpListsEverySetting(t *testing.T) {
 		require.Contains(t, r.stdout, flag, "migrate installs what the table's pgstore switches need")
 	}
 	require.NotContains(t, r.stdout, "--async-commit", "async_commit concerns only the relay")
+	require.NotContains(t, r.stdout, "--held-claims", "held_claims needs no migration")
 }
 
 // statusOf runs `outbox status --json` with args and decodes it.
@@ -226,6 +227,10 @@ func TestBadInput(t *testing.T) {
 			`broker.url: unknown scheme "sqs"; want nats://, kafka://, amqp://, amqps://, redis://, rediss://, http://, https://, mqtt://, mqtts://`},
 		{"SeveralProblems", []string{"relay", "--db", sqlite, "--broker", "nats://h", "--lease", "1s", "--log-format", "xml"},
 			ExitUsage, `lease: 1s is shorter than twice publish_timeout (3s); log_format: "xml" is not text or json`},
+		{"HeldClaimsWithBatchLease", []string{"relay", "--db", "postgres://u:hunter22@127.0.0.1:1/db", "--broker", "nats://h",
+			"--held-claims", "--batch-lease"}, ExitUsage, "held_claims: excludes batch_lease: they are two ways of claiming; choose one"},
+		{"HeldClaimsSQLite", []string{"relay", "--db", sqlite, "--broker", "nats://h", "--held-claims"}, ExitUsage,
+			"held_claims: applies to postgres:// only, not sqlite://"},
 		{"BadTopicTemplate", []string{"relay", "--db", sqlite, "--config", file("broker: nats://h\ndefault_route: {broker: default, topic: '{{.Nope}}'}\n")},
 			ExitUsage, `router: new: route 1 (default_route): topic template "{{.Nope}}": ...`},
 		{"UnreachableBroker", []string{"relay", "--db", sqlite, "--broker", "nats://relay:hunter22@127.0.0.1:1"}, ExitRuntime,

@@ -27,7 +27,8 @@ const (
 	// ConnsPerRelay is what an automatic pool size (db_max_conns: 0) gives
 	// each relay loop: a loop claims, then acknowledges, one after the other,
 	// so it never holds two connections at once. (A PostgreSQL LISTEN, with
-	// notify on, holds a connection of its own outside the pool.)
+	// notify on, holds a connection of its own outside the pool. With
+	// held_claims a loop holds one per batch in flight: see Config.PoolSize.)
 	ConnsPerRelay = 1
 	// SpareConns is what an automatic pool size adds for health checks.
 	SpareConns = 2
@@ -92,7 +93,8 @@ type Config struct {
 	// case on PostgreSQL). Default: DefaultTable.
 	Table string `yaml:"table"`
 	// DBMaxConns bounds the relay's own database pool. 0 means
-	// ConnsPerRelay per relay loop plus SpareConns. Default: 0.
+	// ConnsPerRelay per relay loop plus SpareConns, or MaxInFlight per relay
+	// loop plus SpareConns with HeldClaims (see PoolSize). Default: 0.
 	DBMaxConns int `yaml:"db_max_conns"`
 
 	// Broker is a shorthand for one broker named DefaultBrokerName that gets
@@ -158,6 +160,17 @@ type Config struct {
 	// see batch leases and could publish a leased row a second time.
 	// postgres:// only. Default: false.
 	BatchLease bool `yaml:"batch_lease"`
+	// HeldClaims makes each unordered claim lock its rows in a transaction
+	// that stays open while the relay publishes the batch, and settle the
+	// batch in that transaction (pgstore.WithHeldClaims): one statement and
+	// one commit per batch, each row written once. It needs no migration.
+	// What it costs: a relay holds a connection and an open transaction per
+	// batch in flight for as long as the publish takes (the automatic pool
+	// size, PoolSize, allows for it), and an attempt that never finished (the
+	// relay or its connection died first) is not counted, so a message that
+	// crashes the relay every time is never marked dead. Ordered claims
+	// ignore it. Exclusive with BatchLease. postgres:// only. Default: false.
+	HeldClaims bool `yaml:"held_claims"`
 	// AsyncCommit makes the relay's own statements (claim, ack, reschedule,
 	// kill) commit with synchronous_commit = off for their transaction
 	// (pgstore.WithAsyncCommit): no wait for the disk, 1.5 to 2 times faster
@@ -571,12 +584,19 @@ func keysByLine(doc *yaml.Node) *keyLines {
 }
 
 // PoolSize is the database pool's bound: DBMaxConns when set, else
-// ConnsPerRelay per relay loop plus SpareConns.
+// ConnsPerRelay per relay loop plus SpareConns. With HeldClaims (and no
+// ordering, whose claims are not held) a loop holds a connection per batch in
+// flight while the batch is published, so each loop gets MaxInFlight
+// connections instead.
 func (c *Config) PoolSize() int {
 	if c.DBMaxConns > 0 {
 		return c.DBMaxConns
 	}
-	return ConnsPerRelay*max(c.Relays, 1) + SpareConns
+	perRelay := ConnsPerRelay
+	if c.HeldClaims && !c.Ordering {
+		perRelay = max(perRelay, c.MaxInFlight)
+	}
+	return perRelay*max(c.Relays, 1) + SpareConns
 }
 
 // ArchiveScheduled says whether `outbox relay` archives on a schedule:

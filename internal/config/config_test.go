@@ -54,6 +54,7 @@ func TestDefault(t *testing.T) {
 	require.Equal(t, 4*ConnsPerRelay+SpareConns, c.PoolSize())
 	c.Relays = 1
 	require.Equal(t, outbox.DeadBlocks, c.RelayDeadPolicy())
+	require.False(t, c.HeldClaims)
 
 	// The defaults are valid once a database and a broker are named.
 	c.DB, c.Broker = NewSecret("sqlite://x.db"), NewSecret("nats://127.0.0.1:4222")
@@ -345,11 +346,19 @@ func TestValidateCases(t *testing.T) {
 			"batch_lease: applies to postgres:// only, not mysql://"},
 		{"AsyncCommitSQLite", func(c *Config) { c.AsyncCommit = true; c.DB = NewSecret("sqlite://x.db") },
 			"async_commit: applies to postgres:// only, not sqlite://"},
+		{"HeldClaimsPostgres", func(c *Config) { c.HeldClaims, c.AsyncCommit, c.NotifyTrigger = true, true, true }, ""},
+		{"HeldClaimsMySQL", func(c *Config) { c.HeldClaims = true; c.DB = NewSecret("mysql://u:p@h:3306/db") },
+			"held_claims: applies to postgres:// only, not mysql://"},
+		{"HeldClaimsSQLite", func(c *Config) { c.HeldClaims = true; c.DB = NewSecret("sqlite://x.db") },
+			"held_claims: applies to postgres:// only, not sqlite://"},
+		{"HeldClaimsWithBatchLease", func(c *Config) { c.HeldClaims, c.BatchLease = true, true },
+			"held_claims: excludes batch_lease: they are two ways of claiming; choose one"},
 		{"AllPgstoreSwitchesSQLite", func(c *Config) {
-			c.Notify, c.NotifyTrigger, c.BatchLease, c.AsyncCommit = true, true, true, true
+			c.Notify, c.NotifyTrigger, c.BatchLease, c.AsyncCommit, c.HeldClaims = true, true, true, true, true
 			c.DB = NewSecret("sqlite://x.db")
 		}, "notify_trigger: applies to postgres:// only, not sqlite://\nbatch_lease: applies to postgres:// only, not sqlite://\n" +
-			"notify: applies to postgres:// only, not sqlite://\nasync_commit: applies to postgres:// only, not sqlite://"},
+			"notify: applies to postgres:// only, not sqlite://\nasync_commit: applies to postgres:// only, not sqlite://\n" +
+			"held_claims: applies to postgres:// only, not sqlite://"},
 		{"BadName", func(c *Config) { c.Name = "my relay" }, `name: "my relay" is not a valid name`},
 		{"StatsInterval", func(c *Config) { c.StatsInterval = 0 }, "stats_interval: 0s is not positive"},
 		{"TraceExporter", func(c *Config) { c.TraceExporter = "jaeger" }, `trace_exporter: "jaeger" is not none, stdout or otlp`},
@@ -385,7 +394,7 @@ func TestValidateDBOnly(t *testing.T) {
 
 // TestValidateDBPgstoreSwitches checks what `outbox migrate` refuses: it acts
 // on notify_trigger and batch_lease, so those are checked with the database;
-// notify and async_commit concern only the relay.
+// notify, async_commit and held_claims concern only the relay.
 func TestValidateDBPgstoreSwitches(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -402,7 +411,9 @@ func TestValidateDBPgstoreSwitches(t *testing.T) {
 			"batch_lease: applies to postgres:// only, not sqlite://"},
 		{"BatchLeaseMySQL", "mysql://u:p@h:3306/db", func(c *Config) { c.BatchLease = true },
 			"batch_lease: applies to postgres:// only, not mysql://"},
-		{"RelayOnlySwitchesSQLite", "sqlite://x.db", func(c *Config) { c.Notify, c.AsyncCommit = true, true }, ""},
+		{"RelayOnlySwitchesSQLite", "sqlite://x.db", func(c *Config) { c.Notify, c.AsyncCommit, c.HeldClaims = true, true, true }, ""},
+		// The relay refuses the two together; migrate only creates the lease table.
+		{"HeldClaimsWithBatchLease", "postgres://h/db", func(c *Config) { c.HeldClaims, c.BatchLease = true, true }, ""},
 		{"NoDB", "", func(c *Config) { c.BatchLease = true },
 			"db: required: the database URL (--db, OUTBOX_DB, or db: in the config file)"},
 	} {
@@ -417,6 +428,33 @@ func TestValidateDBPgstoreSwitches(t *testing.T) {
 				return
 			}
 			require.EqualError(t, err, tc.want)
+		})
+	}
+}
+
+// TestPoolSize checks the automatic pool size: a relay loop with held claims
+// holds a connection per batch in flight while it publishes.
+func TestPoolSize(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		change func(*Config)
+		want   int
+	}{
+		{"Defaults", func(c *Config) {}, ConnsPerRelay + SpareConns},
+		{"Relays", func(c *Config) { c.Relays = 4 }, 4*ConnsPerRelay + SpareConns},
+		{"InFlightAlone", func(c *Config) { c.MaxInFlight = 4 }, ConnsPerRelay + SpareConns},
+		{"HeldClaims", func(c *Config) { c.HeldClaims, c.MaxInFlight = true, 4 }, 4 + SpareConns},
+		{"HeldClaimsRelays", func(c *Config) { c.HeldClaims, c.MaxInFlight, c.Relays = true, 4, 3 }, 3*4 + SpareConns},
+		{"HeldClaimsOneInFlight", func(c *Config) { c.HeldClaims, c.MaxInFlight = true, 1 }, ConnsPerRelay + SpareConns},
+		{"HeldClaimsOrdered", func(c *Config) { c.HeldClaims, c.MaxInFlight, c.Ordering = true, 4, true }, ConnsPerRelay + SpareConns},
+		{"Explicit", func(c *Config) { c.HeldClaims, c.MaxInFlight, c.DBMaxConns = true, 8, 3 }, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := Default()
+			tc.change(c)
+			require.Equal(t, tc.want, c.PoolSize())
 		})
 	}
 }
@@ -448,6 +486,7 @@ func TestApplyEnv(t *testing.T) {
 		{"OUTBOX_LEASE", "30", `OUTBOX_LEASE: "30" is not a duration (like 500ms, 2s, 1m30s)`},
 		{"OUTBOX_ORDERING", "yes please", `OUTBOX_ORDERING: "yes please" is not true or false`},
 		{"OUTBOX_BATCH_LEASE", "on", `OUTBOX_BATCH_LEASE: "on" is not true or false`},
+		{"OUTBOX_HELD_CLAIMS", "yes", `OUTBOX_HELD_CLAIMS: "yes" is not true or false`},
 	} {
 		_, err := load("", nil, env(map[string]string{tc.env: tc.value}))
 		require.EqualError(t, err, tc.want)
@@ -472,7 +511,7 @@ func TestSettings(t *testing.T) {
 	for _, key := range []string{"db", "broker", "table", "batch_size", "poll_interval", "max_attempts",
 		"backoff_base", "backoff_cap", "publish_timeout", "lease", "notify", "delete_sent", "min_poll_interval", "max_in_flight", "ordering", "dead_policy",
 		"max_payload", "log_level", "log_format", "relays", "db_max_conns", "http", "name", "stats_interval",
-		"trace_exporter", "trace_endpoint", "notify_trigger", "batch_lease", "async_commit"} {
+		"trace_exporter", "trace_endpoint", "notify_trigger", "batch_lease", "async_commit", "held_claims"} {
 		require.Contains(t, byKey, key)
 	}
 	require.Equal(t, "100", byKey["batch_size"].Default)

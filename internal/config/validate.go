@@ -313,6 +313,10 @@ func (c *Config) validateRelay(p *problems) {
 	}
 	c.postgresOnly(p, "notify", c.Notify)
 	c.postgresOnly(p, "async_commit", c.AsyncCommit)
+	c.postgresOnly(p, "held_claims", c.HeldClaims)
+	if c.HeldClaims && c.BatchLease {
+		p.add("held_claims", "excludes batch_lease: they are two ways of claiming; choose one")
+	}
 	if c.DeadPolicy != "block" && c.DeadPolicy != "skip" {
 		p.add("dead_policy", "%q is not block or skip", c.DeadPolicy)
 	}

@@ -140,7 +140,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}()
 
 	db, err := OpenDB(ctx, cfg.DB, DBParams{Table: cfg.Table, MaxConns: cfg.PoolSize(), Notify: cfg.Notify,
-		NotifyTrigger: cfg.NotifyTrigger, BatchLease: cfg.BatchLease, AsyncCommit: cfg.AsyncCommit})
+		NotifyTrigger: cfg.NotifyTrigger, BatchLease: cfg.BatchLease, AsyncCommit: cfg.AsyncCommit, HeldClaims: cfg.HeldClaims})
 	if err != nil {
 		return err
 	}

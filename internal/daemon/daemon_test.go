@@ -126,7 +126,7 @@ func TestScrub(t *testing.T) {
 func TestOpenDBErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pgOnly := "open database: notify, notify_trigger, batch_lease and async_commit apply to postgres:// only, not "
+	pgOnly := "open database: notify, notify_trigger, batch_lease, async_commit and held_claims apply to postgres:// only, not "
 	for _, tc := range []struct {
 		name, dsn string
 		p         DBParams
@@ -140,6 +140,9 @@ func TestOpenDBErrors(t *testing.T) {
 		{"NotifyTriggerSQLite", "sqlite://x.db", DBParams{NotifyTrigger: true}, pgOnly + "sqlite://"},
 		{"BatchLeaseMySQL", "mysql://root:hunter22@127.0.0.1:1/test", DBParams{BatchLease: true}, pgOnly + "mysql://"},
 		{"AsyncCommitSQLite", "sqlite://x.db", DBParams{AsyncCommit: true}, pgOnly + "sqlite://"},
+		{"HeldClaimsMySQL", "mysql://root:hunter22@127.0.0.1:1/test", DBParams{HeldClaims: true}, pgOnly + "mysql://"},
+		{"HeldClaimsWithBatchLease", "postgres://postgres:hunter22@127.0.0.1:1/test", DBParams{HeldClaims: true, BatchLease: true},
+			"open database: held_claims and batch_lease are two ways of claiming; choose one"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -287,6 +290,54 @@ func TestRunPostgresNotifyToNATS(t *testing.T) {
 		"the notified relay publishes long before its one-minute poll")
 	require.NoError(t, stop())
 	require.Equal(t, []string{m.MessageID}, stream.messageIDs(t))
+}
+
+// TestRunPostgresHeldClaims drains a backlog with held_claims and several
+// batches in flight per relay loop. The automatic pool gives each loop a
+// connection per batch in flight, and the sent rows show that the claims were
+// held: a row lease would have set next_retry_at, a held claim writes the row
+// once, when the batch is settled.
+func TestRunPostgresHeldClaims(t *testing.T) {
+	t.Parallel()
+	const rows = 600
+	pool, _, dsn := testsvc.PostgresSchema(t)
+	stream := newNATSStream(t)
+	ctx := context.Background()
+	writer, err := pgstore.New(pool)
+	require.NoError(t, err)
+	require.NoError(t, writer.Migrate(ctx))
+	msgs := make([]*outbox.Message, rows)
+	for i := range msgs {
+		msgs[i] = &outbox.Message{AggregateType: "order", AggregateID: fmt.Sprintf("o-%d", i), EventType: "ORDER_PAID",
+			Payload: []byte(`{}`)}
+	}
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, outbox.NewWriter(writer).Write(ctx, tx, msgs...))
+	require.NoError(t, tx.Commit(ctx))
+
+	cfg := baseConfig(config.NewSecret(dsn), stream.broker("events"))
+	cfg.HeldClaims = true
+	cfg.Relays, cfg.MaxInFlight, cfg.BatchSize = 2, 4, 25
+	var logs syncBuffer
+	logger, err := NewLogger(&logs, "info", "json")
+	require.NoError(t, err)
+	d, err := New(cfg, logger)
+	require.NoError(t, err)
+	stop := running(t, d)
+	testsvc.Eventually(t, 30*time.Second, func() bool {
+		var pending int
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox_message WHERE status = 0").Scan(&pending)
+		return err == nil && pending == 0 && stream.count(t) == rows
+	}, "every row published and acknowledged")
+	require.NoError(t, stop())
+
+	var held int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM outbox_message
+		WHERE status = 1 AND retry_count = 1 AND next_retry_at IS NULL`).Scan(&held))
+	require.Equal(t, rows, held, "every row sent by a held claim, its one attempt written when settled")
+	require.Contains(t, logs.String(), fmt.Sprintf(`"db_max_conns":%d`, 2*4+config.SpareConns),
+		"a connection per batch in flight per loop, plus the spares")
 }
 
 func TestRunFailsFastOnUnreachableServices(t *testing.T) {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -41,6 +42,12 @@ type DBParams struct {
 	// AsyncCommit commits the relay's statements with synchronous_commit =
 	// off (pgstore.WithAsyncCommit). PostgreSQL only.
 	AsyncCommit bool
+	// HeldClaims makes each unordered claim hold its rows in a transaction
+	// that stays open until the batch is settled (pgstore.WithHeldClaims): a
+	// relay then holds a connection per batch in flight, which MaxConns must
+	// allow for (config.Config.PoolSize does). Exclusive with BatchLease.
+	// PostgreSQL only.
+	HeldClaims bool
 }
 
 // DB is an open database and the store on its outbox table.
@@ -94,10 +101,14 @@ func OpenDB(ctx context.Context, dsn config.Secret, p DBParams) (*DB, error) {
 	if !ok {
 		return nil, fmt.Errorf("open database: unknown scheme %q; want %s", scheme, schemes(dbOpeners))
 	}
-	if pg := scheme == "postgres" || scheme == "postgresql"; !pg && (p.Notify || p.NotifyTrigger || p.BatchLease || p.AsyncCommit) {
+	if pg := scheme == "postgres" || scheme == "postgresql"; !pg && (p.Notify || p.NotifyTrigger || p.BatchLease || p.AsyncCommit || p.HeldClaims) {
 		// config.Validate refuses these first; this catches a caller that
 		// skipped it, rather than running without what it asked for.
-		return nil, fmt.Errorf("open database: notify, notify_trigger, batch_lease and async_commit apply to postgres:// only, not %s://", scheme)
+		return nil, fmt.Errorf("open database: notify, notify_trigger, batch_lease, async_commit and held_claims apply to postgres:// only, not %s://", scheme)
+	}
+	if p.HeldClaims && p.BatchLease {
+		// config.Validate refuses this first too; pgstore.New would, in its own words.
+		return nil, errors.New("open database: held_claims and batch_lease are two ways of claiming; choose one")
 	}
 	db, err := open(ctx, dsn.Value(), p)
 	if err != nil {
@@ -131,7 +142,7 @@ func openPostgres(ctx context.Context, dsn string, p DBParams) (*DB, error) {
 	}
 	s, err := pgstore.New(pool, pgstore.WithTable(p.Table), pgstore.WithNotify(p.Notify),
 		pgstore.WithNotifyTrigger(p.NotifyTrigger), pgstore.WithBatchLease(p.BatchLease),
-		pgstore.WithAsyncCommit(p.AsyncCommit))
+		pgstore.WithAsyncCommit(p.AsyncCommit), pgstore.WithHeldClaims(p.HeldClaims))
 	if err != nil {
 		pool.Close()
 		return nil, err

@@ -23,8 +23,12 @@
 // The relay's pool is its own and bounded: config.Config.PoolSize, by
 // default one connection per relay loop (a loop claims, publishes and
 // acknowledges one after the other, so it never holds two) plus two spare
-// for health checks. A PostgreSQL LISTEN (notify: true) holds one more
-// connection per loop, outside the pool.
+// for health checks. With held_claims (and without ordering) a loop holds a
+// connection per batch in flight while the batch is published, so the
+// default becomes max_in_flight connections per loop plus the two spare;
+// an explicit db_max_conns below that makes claims wait for a connection. A
+// PostgreSQL LISTEN (notify: true) holds one more connection per loop,
+// outside the pool.
 //
 // # Lifecycle
 //
