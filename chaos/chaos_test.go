@@ -23,11 +23,15 @@ import (
 // The matrix. The short form (the default, run by `go test ./...`) is the
 // subset in shortForm; OUTBOX_CHAOS=full runs every cell, longer.
 var (
-	matrixDBs     = []string{"postgres", "mysql"}
+	// postgres-held is PostgreSQL with the relays' claims held in an open
+	// transaction (--held-claims) instead of leased; its scenarios run
+	// without ordering, since ordered claims are never held.
+	matrixDBs     = []string{"postgres", "postgres-held", "mysql"}
 	matrixBrokers = []string{"nats", "redis"}
 	matrixFaults  = []string{"kill9", "sigstop", "broker-cut", "broker-restart", "db-restart", "pool", "longtx"}
 	shortForm     = map[string]bool{
 		"postgres/nats/kill9":       true,
+		"postgres-held/nats/kill9":  true,
 		"postgres/nats/sigstop":     true,
 		"mysql/nats/db-restart":     true,
 		"postgres/redis/broker-cut": true,
@@ -185,7 +189,8 @@ func runScenario(t *testing.T, sc scenario, set settings) *Report {
 	r := &run{t: t, sc: sc, set: set, rng: rand.New(rand.NewPCG(seed, 1)), aggs: 50, extra: map[string]int64{}}
 	r.dir = scenarioDir(t, sc, set.keepDirs)
 
-	relayCfg := relayConfig{count: 3, loops: 1, ordered: !unordered[sc.fault]}
+	dbKind, held := strings.CutSuffix(sc.db, "-held")
+	relayCfg := relayConfig{count: 3, loops: 1, ordered: !unordered[sc.fault] && !held, held: held}
 	maxConns := 60
 	producers := 4
 	if sc.fault == "pool" {
@@ -194,7 +199,7 @@ func runScenario(t *testing.T, sc scenario, set settings) *Report {
 		maxConns, relayCfg.loops, relayCfg.maxConns = 24, 3, 2
 	}
 	r.relayCfg = relayCfg
-	r.db = newDatabase(t, sc.db, r.dir, maxConns, r.aggs)
+	r.db = newDatabase(t, dbKind, r.dir, maxConns, r.aggs)
 	r.monitor = r.db.open(2)
 	t.Cleanup(func() { r.monitor.Close() })
 	business := r.db.open(producers + 1)

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -160,9 +161,18 @@ func (d *database) q(stmt string) string {
 // out (pending with an error recorded, even if the attempt was given back),
 // with their attempt counts. These are the messages a fault can make a
 // relay send twice.
+//
+// On PostgreSQL they include the pending rows that a transaction holds
+// locked: a held claim's batch (--held-claims) is only locked, its attempt not
+// yet counted. The sample's own FOR KEY SHARE locks, for the length of the
+// statement, conflict with FOR UPDATE only.
 func (d *database) inFlight(ctx context.Context, db *sql.DB) (map[string]int, error) {
-	rows, err := db.QueryContext(ctx, "SELECT message_id, retry_count FROM "+outboxTable+
-		" WHERE status = 0 AND (retry_count > 0 OR last_error IS NOT NULL)")
+	stmt := "SELECT message_id, retry_count FROM " + outboxTable +
+		" WHERE status = 0 AND (retry_count > 0 OR last_error IS NOT NULL)"
+	if d.kind == "postgres" {
+		stmt += " OR (status = 0 AND id NOT IN (SELECT id FROM " + outboxTable + " WHERE status = 0 FOR KEY SHARE SKIP LOCKED))"
+	}
+	rows, err := db.QueryContext(ctx, stmt)
 	if err != nil {
 		return nil, err
 	}
@@ -254,24 +264,41 @@ func (d *database) relayConns(ctx context.Context, db *sql.DB) (int, error) {
 	return n, err
 }
 
-// killRelayConns ends every connection the relays hold, through conn.
-func (d *database) killRelayConns(ctx context.Context, conn *sql.Conn) (int, error) {
+// killRelayConns ends every connection the relays hold, through conn. It
+// returns how many it ended and, on PostgreSQL, the message ids of the rows
+// that the relays held locked at that moment.
+func (d *database) killRelayConns(ctx context.Context, conn *sql.Conn) (int, []string, error) {
 	if d.kind == "postgres" {
+		// One statement samples the rows that the relays' transactions hold
+		// locked (held claims: nothing else marks them in flight) and then,
+		// its condition depending on that sample, ends the relays' sessions,
+		// which rolls those claims back.
 		var n int
-		err := conn.QueryRowContext(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = '"+
-			relayUser+"'").Scan(&n)
-		return n, err
+		var locked []byte
+		err := conn.QueryRowContext(ctx, `WITH locked AS MATERIALIZED (
+	SELECT message_id FROM `+outboxTable+` WHERE status = 0
+	AND id NOT IN (SELECT id FROM `+outboxTable+` WHERE status = 0 FOR KEY SHARE SKIP LOCKED)
+)
+SELECT count(pg_terminate_backend(pid)), (SELECT COALESCE(json_agg(message_id), '[]') FROM locked)
+FROM pg_stat_activity
+WHERE usename = '`+relayUser+`' AND (SELECT count(*) FROM locked) >= 0`).Scan(&n, &locked)
+		if err != nil {
+			return 0, nil, err
+		}
+		var ids []string
+		err = json.Unmarshal(locked, &ids)
+		return n, ids, err
 	}
 	rows, err := conn.QueryContext(ctx, "SELECT id FROM information_schema.processlist WHERE user = '"+relayUser+"'")
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	var ids []int64
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
-			return 0, err
+			return 0, nil, err
 		}
 		ids = append(ids, id)
 	}
@@ -282,5 +309,5 @@ func (d *database) killRelayConns(ctx context.Context, conn *sql.Conn) (int, err
 			n++
 		}
 	}
-	return n, nil
+	return n, nil, nil
 }

@@ -24,14 +24,25 @@ var nemeses = map[string]nemesis{
 }
 
 // killRelays kills a random relay with SIGKILL every 1-2.5 s and starts it
-// again 0.2-0.8 s later. The killed relay's claimed rows stay leased; another
-// relay takes them over when the lease expires.
+// again 0.2-0.8 s later. The killed relay's leased rows stay leased; another
+// relay takes them over when the lease expires. Its held claims (--held-claims)
+// roll back when PostgreSQL sees the connection close, and are claimable at
+// once.
 func killRelays(ctx context.Context, r *run) {
 	for r.sleep(ctx, r.between(time.Second, 2500*time.Millisecond)) {
 		slot := r.rng.IntN(r.relays.count())
 		at := time.Now()
+		// Stopped first, the relay can neither claim nor settle while the rows
+		// it holds locked are sampled; they are gone once it is dead.
+		r.relays.signal(slot, syscall.SIGSTOP)
+		inFlight := r.inFlight()
+		if inFlight == nil {
+			inFlight = map[string]int{}
+		}
 		r.relays.kill(slot)
-		inFlight := r.inFlight() // a dead relay acks nothing: its rows are all still here
+		for id, n := range r.inFlight() { // a dead relay acks nothing: its leased rows are all still here
+			inFlight[id] = max(inFlight[id], n)
+		}
 		r.sleep(context.Background(), r.between(200*time.Millisecond, 800*time.Millisecond))
 		if err := r.relays.start(slot); err != nil {
 			r.check("restart relay-%d: %v", slot+1, err)
@@ -176,12 +187,18 @@ func exhaustConnections(ctx context.Context, r *run) {
 			return
 		}
 		kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		killed, err := r.db.killRelayConns(kctx, conns[0])
+		killed, locked, err := r.db.killRelayConns(kctx, conns[0])
 		cancel()
 		if err != nil {
 			r.check("pool: end the relays' connections: %v", err)
 		}
 		inFlight := r.inFlight()
+		if inFlight == nil {
+			inFlight = map[string]int{}
+		}
+		for _, id := range locked {
+			inFlight[id] = max(inFlight[id], 1)
+		}
 		for end := time.Now().Add(hold); time.Now().Before(end); {
 			grab()
 			sample()

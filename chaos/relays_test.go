@@ -30,6 +30,7 @@ type relayConfig struct {
 	loops    int  // relay loops per process (--relays)
 	maxConns int  // --db-max-conns; 0 keeps the daemon's default
 	ordered  bool // --ordering
+	held     bool // --held-claims
 }
 
 // relays are a scenario's relay processes: the real `outbox relay` binary,
@@ -69,6 +70,9 @@ func startRelays(t *testing.T, dir, dbURL, brokerURL string, cfg relayConfig) *r
 	}
 	if cfg.ordered {
 		args = append(args, "--ordering")
+	}
+	if cfg.held {
+		args = append(args, "--held-claims")
 	}
 	// The daemon reads OUTBOX_* variables: pass none of the harness's own.
 	var env []string
