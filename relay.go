@@ -449,7 +449,7 @@ func (r *Relay) claim(ctx context.Context, limit int) (*batch, error) {
 				m.Attempt, r.cfg.maxAttempts))
 		case r.cfg.maxPayload > 0 && len(m.Payload) > r.cfg.maxPayload:
 			b.kill(m, Permanent(fmt.Errorf("payload is %d bytes, over the relay's limit of %d", len(m.Payload), r.cfg.maxPayload)))
-		case !json.Valid(m.Payload):
+		case !claim.ValidJSON && !json.Valid(m.Payload):
 			b.kill(m, Permanent(errors.New("payload is not valid JSON")))
 		default:
 			b.send = append(b.send, m)

@@ -64,6 +64,10 @@ type Claim struct {
 	// a required column, a payload that is not JSON, ...). Each carries at
 	// least RowID and Attempt so that it can be killed.
 	Malformed []MalformedRow
+	// ValidJSON says that the store has made sure every payload of Messages
+	// is valid JSON (its column type guarantees it, or it checked, putting
+	// the rows that fail in Malformed), so the relay need not check again.
+	ValidJSON bool
 	// Held, when not nil, is the store's open transaction that holds the
 	// claimed rows until the batch is settled. The relay then settles the
 	// batch with one call of Held.Settle instead of Ack, Reschedule and Kill.

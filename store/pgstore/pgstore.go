@@ -267,8 +267,13 @@ func (s *Store) queriesFor(ctx context.Context, run rowQuerier) (*queries, error
 	if err != nil {
 		return nil, err
 	}
+	var encoding string
+	if err := run(ctx, "SELECT current_setting('server_encoding')").Scan(&encoding); err != nil {
+		return nil, fmt.Errorf("pgstore: read server_encoding: %w", err)
+	}
 	q, err = buildQueries(s.ident, cols, buildOptions{
-		asyncCommit: s.cfg.asyncCommit, leaseTable: s.leaseTable(), heldClaims: s.cfg.heldClaims})
+		asyncCommit: s.cfg.asyncCommit, leaseTable: s.leaseTable(), heldClaims: s.cfg.heldClaims,
+		utf8: encoding == "UTF8"})
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: table %s: %w", s.cfg.table, err)
 	}

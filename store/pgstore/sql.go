@@ -16,6 +16,8 @@ var contractColumns = []string{
 // name in them is quoted by pgx.Identifier; every value is a parameter.
 type queries struct {
 	headers, topic, partitionKey, lastError bool
+	payloadJSON                             bool // the payload column is json or jsonb
+	utf8                                    bool // the server encoding is UTF8
 
 	columnList   string        // the columns a claimedRow scans, of the table aliased o
 	dataColumns  string        // columnList without id and the attempt
@@ -53,6 +55,7 @@ type buildOptions struct {
 	asyncCommit bool   // relay statements set synchronous_commit = off for their transaction
 	leaseTable  string // the batch lease table, quoted, with WithBatchLease; "" otherwise
 	heldClaims  bool   // WithHeldClaims
+	utf8        bool   // the server encoding is UTF8
 }
 
 // asyncCommitFilter is a one-time filter (an InitPlan, evaluated once per
@@ -85,6 +88,7 @@ func buildQueries(table string, cols map[string]string, opt buildOptions) (*quer
 	if err != nil {
 		return nil, err
 	}
+	q.payloadJSON, q.utf8 = payloadCast != "", opt.utf8
 
 	// Insert: one statement for the whole batch, rows in the order given so
 	// that ids follow write order.

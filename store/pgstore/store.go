@@ -27,6 +27,14 @@ const maxErrorLength = 4096
 // headers that are not a JSON object of strings come back in
 // Claim.Malformed.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
+	c, err := s.claim(ctx, p)
+	if c != nil {
+		c.ValidJSON = true // message() checked every payload, or the column type did
+	}
+	return c, err
+}
+
+func (s *Store) claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
 	if p.Limit < 1 {
 		return nil, fmt.Errorf("pgstore: claim: limit %d is less than 1", p.Limit)
 	}
@@ -61,9 +69,15 @@ type claimedRow struct {
 	messageID, aggType, aggID, eventType, payload pgtype.Text
 	createdAt                                     pgtype.Timestamptz
 	headers, topic, partitionKey                  pgtype.Text
+
+	// What the database already guarantees, so that message need not check
+	// it again: the payload column is json or jsonb (valid JSON), the
+	// server encoding is UTF8 (valid UTF-8 text).
+	validJSON, validUTF8 bool
 }
 
 func (r *claimedRow) dest(q *queries) []any {
+	r.validJSON, r.validUTF8 = q.payloadJSON, q.utf8
 	d := []any{&r.id, &r.attempt, &r.messageID, &r.aggType, &r.aggID, &r.eventType, &r.payload, &r.createdAt}
 	if q.headers {
 		d = append(d, &r.headers)
@@ -111,13 +125,13 @@ func (r *claimedRow) message() (*outbox.Message, error) {
 			}
 		case c.required && c.v.String == "":
 			bad = append(bad, c.name+" is empty")
-		case !utf8.ValidString(c.v.String):
+		case !r.validUTF8 && !utf8.ValidString(c.v.String):
 			bad = append(bad, c.name+" is not valid UTF-8")
 		}
 	}
 	if r.payload.Valid {
 		m.Payload = json.RawMessage(r.payload.String)
-		if r.payload.String != "" && !json.Valid(m.Payload) {
+		if !r.validJSON && r.payload.String != "" && !json.Valid(m.Payload) {
 			bad = append(bad, "payload is not valid JSON")
 		}
 	}
