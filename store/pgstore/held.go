@@ -31,9 +31,10 @@ import (
 // until the commit, no other relay can take them in between, whatever
 // happens to the batch.
 //
-// The settling statements are those of batch leases (fenced by retry_count =
-// attempt - 1, writing the attempt): the claim reads retry_count and counts
-// the attempt only in what it hands out.
+// The claim reads retry_count and counts the attempt only in what it hands
+// out; settling writes it. The sent rows are acknowledged by id alone, since
+// the transaction holds them; retries and deaths use the statements of batch
+// leases (fenced by retry_count = attempt - 1, writing the attempt).
 //
 // If the relay, its connection or the database dies before COMMIT, the
 // transaction rolls back and the rows are pending as before the claim, to be
@@ -44,6 +45,7 @@ import (
 // heldQueries are the statements of held claims.
 type heldQueries struct {
 	claim    string // $1 limit
+	ack, del string // $1 ids: the claim holds their rows, so no fence
 	deferred deferredQueries
 }
 
@@ -55,6 +57,9 @@ WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())%s
 ORDER BY o.id
 LIMIT $1
 FOR UPDATE SKIP LOCKED`, dataColumns, table, async),
+		ack: fmt.Sprintf(`UPDATE %s AS o SET status = 1, retry_count = COALESCE(o.retry_count, 0) + 1, updated_at = now()
+WHERE o.id = ANY($1::bigint[])`, table),
+		del:      fmt.Sprintf(`DELETE FROM %s AS o WHERE o.id = ANY($1::bigint[])`, table),
 		deferred: buildDeferred(table, lastErr, async),
 	}
 }
@@ -132,16 +137,16 @@ func (h *heldClaim) Settle(ctx context.Context, p outbox.SettleParams) (int, err
 	b := &pgx.Batch{}
 	ack := -1 // the index of the ack in the batch
 	if len(p.Sent) > 0 {
-		ids, attempts, err := fenceArgs(p.Sent)
+		ids, _, err := fenceArgs(p.Sent)
 		if err != nil {
 			return 0, fmt.Errorf("pgstore: settle: %w", err)
 		}
-		sql := d.ack
+		sql := h.q.held.ack
 		if h.delete {
-			sql = d.del
+			sql = h.q.held.del
 		}
 		ack = b.Len()
-		b.Queue(sql, ids, attempts)
+		b.Queue(sql, ids)
 	}
 	for refund, rs := range [][]outbox.Retry{p.Retries, p.Refunds} {
 		if len(rs) == 0 {
