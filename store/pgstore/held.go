@@ -44,6 +44,7 @@ import (
 
 // heldQueries are the statements of held claims.
 type heldQueries struct {
+	due      string // whether any row is due, without locking
 	claim    string // $1 limit
 	ack, del string // $1 ids: the claim holds their rows, so no fence
 	deferred deferredQueries
@@ -51,6 +52,8 @@ type heldQueries struct {
 
 func buildHeldQueries(table, dataColumns, lastErr, async string) *heldQueries {
 	return &heldQueries{
+		due: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s AS o
+	WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now()))`, table),
 		claim: fmt.Sprintf(`SELECT o.id, COALESCE(o.retry_count, 0) + 1, %s
 FROM %s AS o
 WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())%s
@@ -66,8 +69,27 @@ WHERE o.id = ANY($1::bigint[])`, table),
 
 // claimHeld claims in a transaction that it leaves open, in one round trip,
 // and returns the claim with the transaction in Claim.Held. A claim that
-// finds nothing ends its transaction.
+// finds nothing ends its transaction. After a claim that found nothing, the
+// next one first asks whether any row is due, without a transaction, so that
+// an idle relay costs one query per poll.
 func (s *Store) claimHeld(ctx context.Context, q *queries, p outbox.ClaimParams) (*outbox.Claim, error) {
+	if s.heldIdle.Load() {
+		var due bool
+		if err := s.pool.QueryRow(ctx, q.held.due).Scan(&due); err != nil {
+			return nil, fmt.Errorf("pgstore: claim: %w", err)
+		}
+		if !due {
+			return &outbox.Claim{}, nil
+		}
+	}
+	claim, err := s.claimHeldTx(ctx, q, p)
+	if err == nil {
+		s.heldIdle.Store(len(claim.Messages)+len(claim.Malformed) == 0)
+	}
+	return claim, err
+}
+
+func (s *Store) claimHeldTx(ctx context.Context, q *queries, p outbox.ClaimParams) (*outbox.Claim, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim: %w", err)

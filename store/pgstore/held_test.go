@@ -156,6 +156,8 @@ func TestHeldClaimRollsBackWhenTheRelayDies(t *testing.T) {
 
 	_, err = c.Held.Settle(t.Context(), outbox.SettleParams{Sent: c.Messages})
 	require.Error(t, err, "the commit cannot succeed on a dead connection")
+	// pg_terminate_backend only signals: the backend rolls back as it exits.
+	testsvc.Eventually(t, 10*time.Second, func() bool { return l.inTx() == 0 }, "the killed transaction is still there")
 	again := l.heldClaim(10, true)
 	require.Equal(t, rows, ids(again.Messages), "every row is claimable again")
 	for _, m := range again.Messages {

@@ -256,9 +256,10 @@ func (c *sqlCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEnd
 func TestIdleRelayCost(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name          string
-		notify, lease bool
-	}{{"Polling", false, false}, {"Notify", true, false}, {"NotifyBatchLease", true, true}} {
+		name                string
+		notify, lease, held bool
+	}{{"Polling", false, false, false}, {"Notify", true, false, false}, {"NotifyBatchLease", true, true, false},
+		{"NotifyHeldClaims", true, false, true}} {
 		notify := tc.notify
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -270,7 +271,7 @@ func TestIdleRelayCost(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(pool.Close)
 			s := newStore(t, pool, pgstore.WithTable(uniqueTable(t)), pgstore.WithNotify(notify),
-				pgstore.WithBatchLease(tc.lease))
+				pgstore.WithBatchLease(tc.lease), pgstore.WithHeldClaims(tc.held))
 			_, err = s.Stats(t.Context()) // learn the table's columns first
 			require.NoError(t, err)
 

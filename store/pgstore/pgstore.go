@@ -50,6 +50,8 @@ type Store struct {
 	channel string // NOTIFY channel, "" when notifications are off
 	// nextNotify is when (Unix ns) the next write may notify, with WithNotifyInterval.
 	nextNotify atomic.Int64
+	// heldIdle is set when the last held claim found nothing (held.go).
+	heldIdle atomic.Bool
 
 	mu      sync.Mutex
 	q       *queries      // built from the table's columns on first use
@@ -205,6 +207,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		return nil, errors.New("pgstore: new store: WithHeldClaims and WithBatchLease are two ways of claiming; choose one")
 	}
 	s := &Store{pool: pool, cfg: cfg, ident: pgx.Identifier(parts).Sanitize()}
+	s.heldIdle.Store(true) // a relay starts as an idle one: its first held claim asks first
 	if cfg.notify || cfg.notifyTrigger {
 		s.channel = channelName(cfg.table)
 	}
