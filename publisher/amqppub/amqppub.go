@@ -286,9 +286,8 @@ func (p *Publisher) check(m *outbox.Message) error {
 
 // publishing builds the AMQP message for m.
 func publishing(m *outbox.Message) amqp.Publishing {
-	h := m.StandardHeaders()
-	table := make(amqp.Table, len(h))
-	for k, v := range h {
+	table := make(amqp.Table, len(m.Headers)+5)
+	for k, v := range m.StandardHeadersSeq() {
 		table[k] = v
 	}
 	pub := amqp.Publishing{

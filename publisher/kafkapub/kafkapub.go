@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -204,16 +205,11 @@ func (p *Publisher) record(m *outbox.Message) (*kgo.Record, error) {
 		return nil, outbox.Permanent(fmt.Errorf("kafkapub: %q is not a valid Kafka topic name (1 to %d of a-z A-Z 0-9 . _ -)",
 			topic, maxTopicLength))
 	}
-	h := m.StandardHeaders()
-	names := make([]string, 0, len(h))
-	for k := range h {
-		names = append(names, k)
+	headers := make([]kgo.RecordHeader, 0, len(m.Headers)+5)
+	for k, v := range m.StandardHeadersSeq() {
+		headers = append(headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
-	slices.Sort(names)
-	headers := make([]kgo.RecordHeader, len(names))
-	for i, k := range names {
-		headers[i] = kgo.RecordHeader{Key: k, Value: []byte(h[k])}
-	}
+	slices.SortFunc(headers, func(a, b kgo.RecordHeader) int { return strings.Compare(a.Key, b.Key) })
 	return &kgo.Record{
 		Topic:   topic,
 		Key:     []byte(m.Key()),
