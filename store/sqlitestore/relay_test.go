@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
@@ -59,7 +61,15 @@ func TestRelaysEndToEnd(t *testing.T) {
 				agg := fmt.Sprint("agg-", (w+i)%aggregates)
 				m := &outbox.Message{AggregateType: "order", AggregateID: agg, EventType: "E",
 					Payload: []byte(fmt.Sprintf(`{"w":%d,"i":%d}`, w, i))}
-				if err := write(ctx, m); err != nil {
+				// Four writers and three relays contend for SQLite's one
+				// write lock; on a loaded machine a writer can lose it for
+				// longer than busy_timeout, and does what a service would:
+				// tries the transaction again.
+				err := write(ctx, m)
+				for try := 0; isBusy(err) && try < 5; try++ {
+					err = write(ctx, m)
+				}
+				if err != nil {
 					t.Errorf("write: %v", err)
 					return
 				}
@@ -105,4 +115,10 @@ func firstDeliveries(ms []*outbox.Message) []*outbox.Message {
 		}
 	}
 	return out
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY.
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
