@@ -13,6 +13,7 @@ import (
 )
 
 func main() {
+	tuneGC(os.Getenv)
 	// The first SIGINT or SIGTERM asks the command to stop gracefully; once
 	// it has, signals get their default effect again, so a second Ctrl-C
 	// ends a drain that takes too long.
