@@ -17,8 +17,10 @@ type Store interface {
 	// Claim takes up to p.Limit due pending rows that no other relay holds,
 	// and in the same short transaction counts the attempt (retry_count + 1,
 	// returned as Message.Attempt) and leases the rows until now + p.Lease by
-	// pushing next_retry_at forward. Rows that cannot be decoded come back in
-	// Claim.Malformed, claimed like the others, so the relay can kill them.
+	// pushing next_retry_at forward; or, when it returns Claim.Held, keeps the
+	// rows locked in its open transaction instead of leasing them. Rows that
+	// cannot be decoded come back in Claim.Malformed, claimed like the others,
+	// so the relay can kill them.
 	Claim(ctx context.Context, p ClaimParams) (*Claim, error)
 	// Ack marks the messages sent (or deletes them when p.Delete), in one
 	// statement, fenced by each message's Attempt: a row whose retry_count
@@ -74,17 +76,18 @@ type Claim struct {
 	Held HeldClaim
 }
 
-// HeldClaim is a claim whose rows a store keeps in an open transaction while
-// the relay publishes them, so that the claim, the acknowledgement and the
-// commit cost one statement and one commit for the whole batch. If the relay
-// or its connection dies before Settle commits, the transaction rolls back and
-// the rows are pending again, exactly as they were.
+// HeldClaim is a claim whose rows a store keeps locked in an open transaction
+// while the relay publishes them, so that a batch costs one transaction: no
+// lease is written, each row is written once when the batch is settled, and
+// one commit ends it. If the relay or its connection dies before Settle
+// commits, the transaction rolls back and the rows are pending again, exactly
+// as they were.
 type HeldClaim interface {
 	// Settle records what became of the batch and ends the transaction:
 	// p.Sent are acknowledged (deleted or kept as sent, as the claim was told
 	// by ClaimParams.Delete), p.Retries and p.Refunds made due again at their
-	// times (a refund does not count the attempt), p.Dead marked dead, each
-	// fenced like Ack. It returns how many of p.Sent it acknowledged. It must
+	// times (a refund does not count the attempt), p.Dead marked dead; then
+	// it commits. It returns how many of p.Sent it acknowledged. It must
 	// be called exactly once. On error nothing of the batch may be taken as
 	// recorded: the rows can be pending again, and the sent ones published
 	// again (at-least-once).

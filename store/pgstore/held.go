@@ -110,7 +110,7 @@ func (s *Store) claimHeldTx(ctx context.Context, q *queries, p outbox.ClaimParam
 		return claim, nil
 	}
 	sortClaim(claim)
-	claim.Held = &heldClaim{store: s, q: q, conn: conn, delete: p.Delete}
+	claim.Held = &heldClaim{q: q, conn: conn, delete: p.Delete}
 	return claim, nil
 }
 
@@ -138,7 +138,6 @@ const storeTimeout = 5 * time.Second
 
 // heldClaim is a claim's open transaction: an [outbox.HeldClaim].
 type heldClaim struct {
-	store  *Store
 	q      *queries
 	conn   *pgxpool.Conn // nil once settled
 	delete bool
