@@ -49,11 +49,16 @@
 // change a row only while retry_count still equals the attempt and the row is
 // pending: a relay that lost its lease changes nothing.
 //
-// The other sound shape, claiming, publishing and deleting inside one open
-// transaction, does not fit [outbox.Store]: its attempt would roll back with
-// a crash (so a message that kills the relay would loop forever), and an Ack
-// could not report a count that is durable while Reschedule and Kill of the
-// same batch are still to come. BenchmarkClaimAck measures both shapes.
+// The other sound shape, claiming, publishing and settling inside one open
+// transaction, is an option: [WithHeldClaims]. The claim returns its
+// transaction in outbox.Claim.Held and the relay settles the whole batch,
+// sent, retried and dead rows, with one call that commits. Each row is
+// written once and a batch costs one commit, so it drains fastest; but its
+// attempt rolls back with a crash (a message that kills the relay would
+// loop forever), and it holds a connection and a transaction per batch in
+// flight across the broker round trip. BenchmarkClaimAck measures both
+// shapes (claim and acknowledge 100 rows, no broker): here held claims did
+// 2 to 4 times as many rows a second as row leases.
 //
 // With [WithBatchLease] a claim writes one row per batch, in a side table,
 // instead of one UPDATE per claimed row: the claimed rows are only read, and
