@@ -162,8 +162,8 @@ type Config struct {
 	BatchLease bool `yaml:"batch_lease"`
 	// HeldClaims makes each unordered claim lock its rows in a transaction
 	// that stays open while the relay publishes the batch, and settle the
-	// batch in that transaction (pgstore.WithHeldClaims): one statement and
-	// one commit per batch, each row written once. It needs no migration.
+	// batch in that transaction (pgstore.WithHeldClaims): one commit per
+	// batch, each row written once. It needs no migration.
 	// What it costs: a relay holds a connection and an open transaction per
 	// batch in flight for as long as the publish takes (the automatic pool
 	// size, PoolSize, allows for it), and an attempt that never finished (the
