@@ -255,3 +255,28 @@ func TestHeldClaimRelays(t *testing.T) {
 		})
 	}
 }
+
+// TestHeldClaimKillsMalformedRows: a row the relay cannot decode (here an
+// empty message_id) is claimed with the others, and the relay marks it dead
+// in the batch's transaction while the good rows go out.
+func TestHeldClaimKillsMalformedRows(t *testing.T) {
+	t.Parallel()
+	l := newHeld(t)
+	l.write(1)
+	_, err := l.pool.Exec(t.Context(), `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload)
+		VALUES ('', 'order', 'bad', 'ORDER_PAID', '{}')`)
+	require.NoError(t, err)
+	l.write(1)
+
+	pub := outboxtest.NewPublisher()
+	relay, err := outbox.NewRelay(l.s, pub, outbox.WithDeleteSent(true))
+	require.NoError(t, err)
+	ev, err := relay.Step(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, outbox.BatchEvent{Claimed: 3, Sent: 2, Dead: 1}, outbox.BatchEvent{Claimed: ev.Claimed, Sent: ev.Sent, Dead: ev.Dead})
+	require.Equal(t, 2, pub.Count())
+	require.Equal(t, 1, count(t, l.pool, "SELECT count(*) FROM outbox_message"))
+	require.Equal(t, 1, count(t, l.pool,
+		"SELECT count(*) FROM outbox_message WHERE status = 2 AND retry_count = 1 AND last_error LIKE '%message_id is empty%'"))
+	require.Zero(t, l.inTx())
+}
