@@ -34,7 +34,8 @@ type BatchEvent struct {
 }
 
 // HookBatch is called after every claim-publish-acknowledge cycle that claimed
-// at least one row, and after a claim that failed.
+// at least one row, and after a claim that failed (but not after one that a
+// stop of the relay cut short).
 type HookBatch interface {
 	OnBatch(BatchEvent)
 }

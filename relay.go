@@ -426,7 +426,9 @@ func (r *Relay) claim(ctx context.Context, limit int) (*batch, error) {
 	})
 	if err != nil {
 		err = fmt.Errorf("claim batch: %w", err)
-		r.batchDone(BatchEvent{Err: err}, start)
+		if ctx.Err() == nil { // a claim cut short by a stop is no failure of the store
+			r.batchDone(BatchEvent{Err: err}, start)
+		}
 		return nil, err
 	}
 	claimed := len(claim.Messages) + len(claim.Malformed)

@@ -322,3 +322,44 @@ func TestRelayRunTwice(t *testing.T) {
 	require.ErrorIs(t, r.Run(context.Background()), outbox.ErrRunning)
 	stop()
 }
+
+// blockingClaims is a store whose claims wait until their context ends.
+type blockingClaims struct {
+	outbox.Store
+	waiting chan struct{}
+}
+
+func (s *blockingClaims) Claim(ctx context.Context, _ outbox.ClaimParams) (*outbox.Claim, error) {
+	select {
+	case s.waiting <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+type batchErrors struct{ n atomic.Int32 }
+
+func (h *batchErrors) OnBatch(ev outbox.BatchEvent) {
+	if ev.Err != nil {
+		h.n.Add(1)
+	}
+}
+
+// TestStopDuringClaimIsNoStoreError: a claim that the relay's stop cuts short
+// is not reported to the hooks as a failed cycle (the metrics would count a
+// store error at every shutdown that lands on a claim).
+func TestStopDuringClaimIsNoStoreError(t *testing.T) {
+	t.Parallel()
+	st := &blockingClaims{Store: setup(t).store, waiting: make(chan struct{}, 1)}
+	hook := &batchErrors{}
+	r, err := outbox.NewRelay(st, outboxtest.NewPublisher(), outbox.WithHooks(hook))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	<-st.waiting
+	cancel()
+	require.NoError(t, <-done)
+	require.Zero(t, hook.n.Load(), "the cut-short claim was reported as a store error")
+}
