@@ -162,7 +162,7 @@ func TestConfigValidate(t *testing.T) {
 		{"SQLiteWithoutPath", Config{DB: "sqlite://"}, []string{"needs a file path"}},
 		{"MySQLDSN", Config{DB: "root@tcp(127.0.0.1:3306)/test"}, nil},
 		{"HeldClaims", Config{HeldClaims: true}, nil},
-		{"HeldClaimsWithBatchLease", Config{HeldClaims: true, BatchLease: true}, []string{"held claims: exclude batch lease"}},
+		{"HeldClaimsWithBatchLease", Config{HeldClaims: true, BatchLease: true}, []string{"held claims exclude batch leases"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -177,7 +177,7 @@ func (c Config) validate() error {
 	check(c.BatchSize >= 1 && c.BatchSize <= 100_000, "batch: %d is not between 1 and 100000", c.BatchSize)
 	check(c.MaxInFlight >= 1 && c.MaxInFlight <= 64, "in flight: %d is not between 1 and 64", c.MaxInFlight)
 	check(c.PollInterval > 0, "poll interval: %v is not positive", c.PollInterval)
-	check(!c.HeldClaims || !c.BatchLease, "held claims: exclude batch lease (two ways of claiming; choose one)")
+	check(!c.HeldClaims || !c.BatchLease, "held claims exclude batch leases (two ways of claiming; choose one)")
 	if c.Chart != "" {
 		check(strings.EqualFold(filepath.Ext(c.Chart), ".svg"), "chart: %q does not end in .svg", c.Chart)
 		check(slices.Contains(c.Tests, TestLatency), "chart: it draws the latency test, which is not run")

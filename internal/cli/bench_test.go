@@ -39,7 +39,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"ChartNotSVG", []string{"--chart", "x.png"}, "does not end in .svg"},
 		{"Arguments", []string{"now"}, "outbox bench takes no arguments"},
 		{"UnknownFlag", []string{"--frobnicate"}, "frobnicate"},
-		{"HeldClaimsWithBatchLease", []string{"--held-claims", "--batch-lease"}, "held claims: exclude batch lease"},
+		{"HeldClaimsWithBatchLease", []string{"--held-claims", "--batch-lease"}, "held claims exclude batch leases"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
