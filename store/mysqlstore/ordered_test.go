@@ -151,18 +151,8 @@ func TestOrderedProbesReadOneEntry(t *testing.T) {
 	t.Parallel()
 	s, db := orderedStore(t)
 	ctx := t.Context()
-	var msgs []*outbox.Message
-	for i := range 300 {
-		for _, agg := range []string{"a", "b", "c"} {
-			msgs = append(msgs, &outbox.Message{MessageID: fmt.Sprintf("%s-%d", agg, i), AggregateType: "order",
-				AggregateID: agg, EventType: "E", Payload: fmt.Appendf(nil, "%d", i)})
-		}
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	require.NoError(t, outbox.NewWriter[*sql.Tx](s).Write(ctx, tx, msgs...))
-	require.NoError(t, tx.Commit())
-	_, err = db.ExecContext(ctx, "ANALYZE TABLE outbox_message")
+	writeInterleaved(t, s, db)
+	_, err := db.ExecContext(ctx, "ANALYZE TABLE outbox_message")
 	require.NoError(t, err)
 
 	p := outbox.ClaimParams{Limit: 10, Lease: time.Hour, Ordered: true, BlockOnDead: true}
@@ -227,17 +217,7 @@ func TestOrderedClaimFewAggregatesSkipsTheWalk(t *testing.T) {
 	t.Parallel()
 	s, db := orderedStore(t)
 	ctx := t.Context()
-	var msgs []*outbox.Message
-	for i := range 300 {
-		for _, agg := range []string{"a", "b", "c"} {
-			msgs = append(msgs, &outbox.Message{MessageID: fmt.Sprintf("%s-%d", agg, i), AggregateType: "order",
-				AggregateID: agg, EventType: "E", Payload: fmt.Appendf(nil, "%d", i)})
-		}
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	require.NoError(t, outbox.NewWriter[*sql.Tx](s).Write(ctx, tx, msgs...))
-	require.NoError(t, tx.Commit())
+	writeInterleaved(t, s, db)
 	p := outbox.ClaimParams{Limit: 10, Lease: time.Hour, Ordered: true, BlockOnDead: true}
 
 	got, a0 := claimOrdered(t, s, 1, true) // another relay holds a#0
@@ -371,4 +351,21 @@ func TestOrderedClaimRechecksHeads(t *testing.T) {
 			require.Equal(t, []string{"a#-1"}, got, "the early row is the head now")
 		})
 	}
+}
+
+// writeInterleaved writes 300 messages each for aggregates a, b and c,
+// interleaved (a-0, b-0, c-0, a-1, ...), in one transaction.
+func writeInterleaved(t *testing.T, s *Store, db *sql.DB) {
+	t.Helper()
+	var msgs []*outbox.Message
+	for i := range 300 {
+		for _, agg := range []string{"a", "b", "c"} {
+			msgs = append(msgs, &outbox.Message{MessageID: fmt.Sprintf("%s-%d", agg, i), AggregateType: "order",
+				AggregateID: agg, EventType: "E", Payload: fmt.Appendf(nil, "%d", i)})
+		}
+	}
+	tx, err := db.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	require.NoError(t, outbox.NewWriter[*sql.Tx](s).Write(t.Context(), tx, msgs...))
+	require.NoError(t, tx.Commit())
 }
