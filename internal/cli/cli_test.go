@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	ucli "github.com/urfave/cli/v3"
@@ -334,7 +333,8 @@ func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
 func TestRelaySQLiteToNATS(t *testing.T) {
 	t.Parallel()
 	path := testsvc.SQLitePath(t)
-	natsURL := testsvc.NATSURL(t)
+	ns := testsvc.NewJetStream(t)
+	natsURL := ns.URL
 	r := run(t.Context(), "migrate", "--db", "sqlite://"+path)
 	require.Equal(t, ExitOK, r.code, r.stderr)
 	db, err := sqlitestore.Open(path)
@@ -344,18 +344,8 @@ func TestRelaySQLiteToNATS(t *testing.T) {
 	require.NoError(t, err)
 	msgs := writeMessages(t, db, s, 5)
 
-	nc, err := nats.Connect(natsURL)
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	stream := strings.ToUpper(testsvc.Name(t))
+	js, stream := ns.JS, ns.Name
 	prefix := strings.ToLower(stream) + "."
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = js.DeleteStream(ctx, stream)
-	})
 	cfgFile := writeFile(t, "relay.yaml", fmt.Sprintf(`
 brokers:
   - name: events

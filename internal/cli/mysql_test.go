@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -86,23 +85,14 @@ func TestMigrateAndStatusMySQL(t *testing.T) {
 func TestRelayMySQLToNATS(t *testing.T) {
 	t.Parallel()
 	dsn, password, db := mysqlUser(t)
-	natsURL := testsvc.NATSURL(t)
+	ns := testsvc.NewJetStream(t)
+	natsURL := ns.URL
 	r := run(t.Context(), "migrate", "--db", dsn)
 	require.Equal(t, ExitOK, r.code, r.stderr)
 	msgs := writeMySQL(t, db, 5)
 
-	nc, err := nats.Connect(natsURL)
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	stream := strings.ToUpper(testsvc.Name(t))
+	js, stream := ns.JS, ns.Name
 	prefix := strings.ToLower(stream) + "."
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = js.DeleteStream(ctx, stream)
-	})
 	cfgFile := writeFile(t, "relay.yaml", fmt.Sprintf(`
 brokers:
   - name: events

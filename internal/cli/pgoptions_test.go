@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -32,18 +31,8 @@ type pgRelay struct {
 // every message to a stream of t's own. The relay is stopped when t ends.
 func startPGRelay(t *testing.T, dsn, app string, args ...string) *pgRelay {
 	t.Helper()
-	natsURL := testsvc.NATSURL(t)
-	nc, err := nats.Connect(natsURL)
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	stream := strings.ToUpper(testsvc.Name(t))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = js.DeleteStream(ctx, stream)
-	})
+	st := testsvc.NewJetStream(t)
+	natsURL, js, stream := st.URL, st.JS, st.Name
 	cfgFile := writeFile(t, "relay.yaml", fmt.Sprintf(`
 brokers:
   - name: events

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -61,19 +60,8 @@ type natsStream struct {
 
 func newNATSStream(t *testing.T) *natsStream {
 	t.Helper()
-	url := testsvc.NATSURL(t)
-	nc, err := nats.Connect(url)
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	name := strings.ToUpper(testsvc.Name(t))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = js.DeleteStream(ctx, name)
-	})
-	return &natsStream{name: name, prefix: strings.ToLower(name) + ".", url: url, js: js}
+	st := testsvc.NewJetStream(t)
+	return &natsStream{name: st.Name, prefix: strings.ToLower(st.Name) + ".", url: st.URL, js: st.JS}
 }
 
 // broker returns the config of a broker on this stream.
