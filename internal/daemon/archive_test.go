@@ -196,12 +196,7 @@ func TestScheduledArchiveWhileRelaying(t *testing.T) {
 			cfg.ArchiveOlderThan = time.Hour
 			cfg.ArchiveBatch = 7 // 23 rows: four batches in a run
 			cfg.ArchiveDelete = tc.deleted
-			var logs syncBuffer
-			logger, err := NewLogger(&logs, "info", "json")
-			require.NoError(t, err)
-			d, err := New(cfg, logger)
-			require.NoError(t, err)
-			stop := running(t, d)
+			d, logs, stop := startLogged(t, cfg)
 
 			mode := "move"
 			if tc.deleted {
@@ -298,12 +293,7 @@ func TestScheduledArchiveErrorsSpareTheRelay(t *testing.T) {
 			cfg.HTTP = "127.0.0.1:0"
 			cfg.ArchiveEvery = 50 * time.Millisecond
 			cfg.ArchiveOlderThan = time.Hour
-			var logs syncBuffer
-			logger, err := NewLogger(&logs, "info", "json")
-			require.NoError(t, err)
-			d, err := New(cfg, logger)
-			require.NoError(t, err)
-			stop := running(t, d)
+			d, logs, stop := startLogged(t, cfg)
 			failed := func() float64 {
 				return metricValue(t, d, `outbox_archive_runs_total{relay="default",result="error"}`)
 			}
@@ -344,12 +334,7 @@ func TestScheduledArchiveStopsPromptly(t *testing.T) {
 	cfg.ArchiveEvery = 10 * time.Millisecond
 	cfg.ArchiveOlderThan = time.Hour
 	cfg.ArchiveBatch = 3 // a thousand batches, each followed by a rest of at least 10 ms
-	var logs syncBuffer
-	logger, err := NewLogger(&logs, "info", "json")
-	require.NoError(t, err)
-	d, err := New(cfg, logger)
-	require.NoError(t, err)
-	stop := running(t, d)
+	_, logs, stop := startLogged(t, cfg)
 	testsvc.Eventually(t, 20*time.Second, func() bool { return db.count(t, "SELECT count(*) FROM {T}") < total },
 		"the run started")
 
@@ -385,12 +370,7 @@ func TestScheduledArchiveOff(t *testing.T) {
 			cfg.ArchiveOlderThan = 0
 			tc.change(cfg)
 			cfg.HTTP = "127.0.0.1:0"
-			var logs syncBuffer
-			logger, err := NewLogger(&logs, "info", "json")
-			require.NoError(t, err)
-			d, err := New(cfg, logger)
-			require.NoError(t, err)
-			stop := running(t, d)
+			d, logs, stop := startLogged(t, cfg)
 			db.write(t, "NEW", 2)
 			testsvc.Eventually(t, 20*time.Second, func() bool { return stream.count(t) == 2 }, "published")
 			time.Sleep(100 * time.Millisecond) // ten periods in which an archive would have run

@@ -319,12 +319,7 @@ func TestRunPostgresHeldClaims(t *testing.T) {
 	cfg := baseConfig(config.NewSecret(dsn), stream.broker("events"))
 	cfg.HeldClaims = true
 	cfg.Relays, cfg.MaxInFlight, cfg.BatchSize = 2, 4, 25
-	var logs syncBuffer
-	logger, err := NewLogger(&logs, "info", "json")
-	require.NoError(t, err)
-	d, err := New(cfg, logger)
-	require.NoError(t, err)
-	stop := running(t, d)
+	_, logs, stop := startLogged(t, cfg)
 	testsvc.Eventually(t, 30*time.Second, func() bool {
 		var pending int
 		err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox_message WHERE status = 0").Scan(&pending)

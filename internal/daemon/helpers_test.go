@@ -114,6 +114,18 @@ func baseConfig(db config.Secret, brokers ...config.Broker) *config.Config {
 	return c
 }
 
+// startLogged builds a daemon from cfg that logs JSON at info level into
+// logs, and runs it (see running).
+func startLogged(t *testing.T, cfg *config.Config) (d *Daemon, logs *syncBuffer, stop func() error) {
+	t.Helper()
+	logs = &syncBuffer{}
+	logger, err := NewLogger(logs, "info", "json")
+	require.NoError(t, err)
+	d, err = New(cfg, logger)
+	require.NoError(t, err)
+	return d, logs, running(t, d)
+}
+
 // running starts d.Run in the background and returns a function that stops it
 // and returns Run's result. It fails t if Run ends before it is ready.
 func running(t *testing.T, d *Daemon) (stop func() error) {
