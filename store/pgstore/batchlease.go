@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -110,7 +112,7 @@ UPDATE %[1]s AS o SET retry_count = o.retry_count + 1, updated_at = now()
 FROM (SELECT DISTINCT unnest(x.ids) AS id FROM x WHERE x.expired) AS r
 WHERE o.id = r.id AND o.status = 0`, table, lease)
 	for i, head := range []string{
-		"",
+		"\n\t  AND o.id > $3 AND o.id <= $4", // unordered: the ids (lo, hi] of claimCursor
 		"\n\t  AND NOT EXISTS (SELECT 1 FROM %[1]s AS p WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id AND p.id < o.id AND p.status = 0)",
 		"\n\t  AND NOT EXISTS (SELECT 1 FROM %[1]s AS p WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id AND p.id < o.id AND p.status IN (0, 2))",
 	} {
@@ -184,15 +186,42 @@ WHERE %s`, table, lastErr, argsKill, fence),
 }
 
 // claimLeased claims with a batch lease, in one round trip: a transaction
-// that waits its turn, recovers expired leases, and claims.
+// that waits its turn, recovers expired leases, and claims. An unordered
+// claim starts at the claim cursor; when that comes back short, a second
+// batch lease takes the rest from the first due row.
 func (s *Store) claimLeased(ctx context.Context, q *queries, p outbox.ClaimParams) (*outbox.Claim, error) {
-	mode := claimUnordered
 	if p.Ordered {
-		mode = claimOrdered
+		mode := claimOrdered
 		if p.BlockOnDead {
 			mode = claimOrderedBlockOnDead
 		}
+		return s.leaseBatch(ctx, q, p, mode, p.Limit)
 	}
+	after := s.claimCursor.start(time.Now())
+	claim, err := s.leaseBatch(ctx, q, p, claimUnordered, p.Limit, after, int64(math.MaxInt64))
+	if err != nil {
+		return nil, err
+	}
+	if n := claimSize(claim); after > 0 && n < p.Limit {
+		more, err := s.leaseBatch(ctx, q, p, claimUnordered, p.Limit-n, int64(0), after)
+		if err != nil {
+			// The first lease stands: its rows are claimed and go out.
+			s.claimCursor.claimed(after, claim, p.Limit)
+			sortClaim(claim)
+			return claim, nil
+		}
+		claim.Messages = append(claim.Messages, more.Messages...)
+		claim.Malformed = append(claim.Malformed, more.Malformed...)
+	}
+	s.claimCursor.claimed(after, claim, p.Limit)
+	sortClaim(claim)
+	return claim, nil
+}
+
+// leaseBatch claims up to limit rows under one batch lease, with the claim
+// statement of mode (and, unordered, the range of ids (lo, hi] in ids).
+func (s *Store) leaseBatch(ctx context.Context, q *queries, p outbox.ClaimParams, mode, limit int,
+	ids ...any) (*outbox.Claim, error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	if s.cfg.asyncCommit {
@@ -200,7 +229,7 @@ func (s *Store) claimLeased(ctx context.Context, q *queries, p outbox.ClaimParam
 	}
 	b.Queue("SELECT pg_advisory_xact_lock($1)", q.lease.lockKey)
 	b.Queue(q.lease.recover)
-	b.Queue(q.lease.claim[mode], p.Limit, p.Lease.Microseconds())
+	b.Queue(q.lease.claim[mode], append([]any{limit, p.Lease.Microseconds()}, ids...)...)
 	b.Queue("COMMIT")
 	br := s.pool.SendBatch(ctx, b)
 	claim, err := readLeasedClaim(br, q, b.Len())
@@ -242,13 +271,18 @@ func scanClaim(br pgx.BatchResults, q *queries) (*outbox.Claim, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	claim := &outbox.Claim{}
+	return claim, scanClaimRows(rows, q, claim)
+}
+
+// scanClaimRows reads a claim statement's rows into claim, and closes them.
+func scanClaimRows(rows pgx.Rows, q *queries, claim *outbox.Claim) error {
+	defer rows.Close()
 	var r claimedRow
 	dest := r.dest(q)
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
-			return nil, fmt.Errorf("read row: %w", err)
+			return fmt.Errorf("read row: %w", err)
 		}
 		m, err := r.message()
 		if err != nil {
@@ -258,8 +292,5 @@ func scanClaim(br pgx.BatchResults, q *queries) (*outbox.Claim, error) {
 		claim.Messages = append(claim.Messages, m)
 	}
 	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return claim, nil
+	return rows.Err()
 }

@@ -49,6 +49,16 @@
 // change a row only while retry_count still equals the attempt and the row is
 // pending: a relay that lost its lease changes nothing.
 //
+// A Store remembers where its claims got to: while they come back full, the
+// next unordered claim starts after the highest id claimed so far instead of
+// stepping over the rows of the batches still in flight (leased or locked
+// rows cost a claim about as much as the rows it takes). A claim from there
+// that comes back short takes the rest from the first due row in the same
+// call, and at least every 250 ms a claim starts from the first due row, so
+// a row passed over (a retry come due, a late commit with a lower id) waits
+// at most that long while a backlog drains. Use one Store per relay process,
+// shared by that process's relays.
+//
 // The other sound shape, claiming, publishing and settling inside one open
 // transaction, is an option: [WithHeldClaims]. The claim returns its
 // transaction in outbox.Claim.Held and the relay settles the whole batch,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,7 +46,7 @@ import (
 // heldQueries are the statements of held claims.
 type heldQueries struct {
 	due      string // whether any row is due, without locking
-	claim    string // $1 limit
+	claim    string // $1 limit, ids in ($2, $3]
 	ack, del string // $1 ids: the claim holds their rows, so no fence
 	deferred deferredQueries
 }
@@ -56,7 +57,7 @@ func buildHeldQueries(table, dataColumns, lastErr, async string) *heldQueries {
 	WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now()))`, table),
 		claim: fmt.Sprintf(`SELECT o.id, COALESCE(o.retry_count, 0) + 1, %s
 FROM %s AS o
-WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())%s
+WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now()) AND o.id > $2 AND o.id <= $3%s
 ORDER BY o.id
 LIMIT $1
 FOR UPDATE SKIP LOCKED`, dataColumns, table, async),
@@ -94,15 +95,27 @@ func (s *Store) claimHeldTx(ctx context.Context, q *queries, p outbox.ClaimParam
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim: %w", err)
 	}
+	after := s.claimCursor.start(time.Now())
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(q.held.claim, p.Limit)
+	b.Queue(q.held.claim, p.Limit, after, int64(math.MaxInt64))
 	br := conn.SendBatch(ctx, b)
 	claim, err := readHeldClaim(br, q)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
-	if err != nil || len(claim.Messages)+len(claim.Malformed) == 0 {
+	if err == nil && after > 0 && claimSize(claim) < p.Limit {
+		// Short from the cursor: take the rest from the first due row, up to
+		// the cursor, in the same transaction.
+		var rows pgx.Rows
+		if rows, err = conn.Query(ctx, q.held.claim, p.Limit-claimSize(claim), int64(0), after); err == nil {
+			err = scanClaimRows(rows, q, claim)
+		}
+	}
+	if err == nil {
+		s.claimCursor.claimed(after, claim, p.Limit)
+	}
+	if err != nil || claimSize(claim) == 0 {
 		release(conn)
 		if err != nil {
 			return nil, fmt.Errorf("pgstore: claim: %w", err)

@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,6 +53,8 @@ type Store struct {
 	nextNotify atomic.Int64
 	// heldIdle is set when the last held claim found nothing (held.go).
 	heldIdle atomic.Bool
+	// claimCursor is where the next unordered claim starts (store.go).
+	claimCursor claimCursor
 
 	mu      sync.Mutex
 	q       *queries      // built from the table's columns on first use
@@ -68,6 +71,7 @@ type config struct {
 	asyncCommit   bool          // the relay's statements commit with synchronous_commit = off
 	batchLease    bool          // claims lease a batch with one row of a side table (batchlease.go)
 	heldClaims    bool          // claims hold their rows in a transaction until settled (held.go)
+	rescanEvery   time.Duration // claimCursor's; 0: rescanEvery (tests set it)
 }
 
 // Option configures a [Store].
@@ -208,6 +212,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	}
 	s := &Store{pool: pool, cfg: cfg, ident: pgx.Identifier(parts).Sanitize()}
 	s.heldIdle.Store(true) // a relay starts as an idle one: its first held claim asks first
+	s.claimCursor.every = cmp.Or(cfg.rescanEvery, rescanEvery)
 	if cfg.notify || cfg.notifyTrigger {
 		s.channel = channelName(cfg.table)
 	}

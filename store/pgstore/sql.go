@@ -132,7 +132,7 @@ ORDER BY m.ord`, table, strings.Join(names, ", "), strings.Join(exprs, ", "))
 	q.columnList = strings.Join(returning, ", ")
 	q.dataColumns = strings.Join(returning[2:], ", ")
 	for i, head := range []string{
-		"",
+		"\n\t  AND o.id > $3 AND o.id <= $4", // unordered: the ids (lo, hi] of claimCursor
 		"\n\t  AND NOT EXISTS (SELECT 1 FROM %[1]s AS p WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id AND p.id < o.id AND p.status = 0)",
 		"\n\t  AND NOT EXISTS (SELECT 1 FROM %[1]s AS p WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id AND p.id < o.id AND p.status IN (0, 2))",
 	} {
