@@ -57,14 +57,7 @@ func BenchmarkRelayDrain(b *testing.B) {
 				cfg.SkipBaseline = true
 				var rate, cpu, rss float64
 				for range b.N {
-					b.StopTimer()
-					_, _, cfg.DB = testsvc.PostgresSchema(b)
-					cfg.Broker = testsvc.NATSURL(b)
-					b.StartTimer()
-					rep, err := benchcmd.Run(b.Context(), cfg, nopWriter{})
-					if err != nil {
-						b.Fatal(err)
-					}
+					rep := runOnce(b, cfg)
 					d := rep.Drain[0]
 					rate += d.MsgsPerSec
 					cpu += d.CPUSeconds
@@ -73,6 +66,38 @@ func BenchmarkRelayDrain(b *testing.B) {
 				b.ReportMetric(rate/float64(b.N), "msgs/s")
 				b.ReportMetric(cpu/float64(b.N), "cpu-s")
 				b.ReportMetric(rss, "peak-rss-MB")
+			})
+		}
+	}
+}
+
+// BenchmarkRelayVsReference drains the backlog with the fastest relay
+// settings (held claims, batch 1,000, 4 in flight) and then, in the same
+// iteration, with the reference loop: one statement per batch that deletes
+// the rows (or marks them sent) and returns them, then the batch published
+// at once (benchcmd.Config.Reference). The reference does the least work per
+// message any relay can on this database and broker, so the ratio says how
+// close the relay comes to the ceiling, on whatever machine it runs.
+// Reported: both rates and the relay's as a percentage of the reference's.
+//
+//	go test -run '^$' -bench RelayVsReference -benchtime 1x -count 5 ./bench
+func BenchmarkRelayVsReference(b *testing.B) {
+	for _, del := range []bool{false, true} {
+		for _, relays := range []int{1, 2} {
+			name := fmt.Sprintf("%s/relays=%d", map[bool]string{false: "keep", true: "delete"}[del], relays)
+			b.Run(name, func(b *testing.B) {
+				cfg := benchcmd.Config{BatchSize: 1000, MaxInFlight: 4, HeldClaims: true, Relays: relays,
+					DeleteSent: del, Reference: true, Rows: relayRows(), Tests: []string{benchcmd.TestDrain},
+					SkipBaseline: true}
+				var ours, ref float64
+				for range b.N {
+					rep := runOnce(b, cfg)
+					ours += rep.Drain[0].MsgsPerSec
+					ref += rep.Drain[1].MsgsPerSec
+				}
+				b.ReportMetric(ours/float64(b.N), "msgs/s")
+				b.ReportMetric(ref/float64(b.N), "ref-msgs/s")
+				b.ReportMetric(100*ours/ref, "%-of-ref")
 			})
 		}
 	}
@@ -101,14 +126,7 @@ func BenchmarkRelayLatency(b *testing.B) {
 			cfg.Rate, cfg.Duration, cfg.SkipBaseline = 1000, 10*time.Second, true
 			var p50, p99, p999, offered float64
 			for range b.N {
-				b.StopTimer()
-				_, _, cfg.DB = testsvc.PostgresSchema(b)
-				cfg.Broker = testsvc.NATSURL(b)
-				b.StartTimer()
-				rep, err := benchcmd.Run(b.Context(), cfg, nopWriter{})
-				if err != nil {
-					b.Fatal(err)
-				}
+				rep := runOnce(b, cfg)
 				l := rep.Latency[0]
 				p50, p99, p999 = p50+l.P50Ms, p99+l.P99Ms, p999+l.P999Ms
 				offered += l.OfferedRate
@@ -120,6 +138,21 @@ func BenchmarkRelayLatency(b *testing.B) {
 			b.ReportMetric(offered/n, "offered/s")
 		})
 	}
+}
+
+// runOnce runs cfg once on a schema of its own on the test PostgreSQL and
+// on the test NATS server; only the run itself is timed.
+func runOnce(b *testing.B, cfg benchcmd.Config) *benchcmd.Report {
+	b.Helper()
+	b.StopTimer()
+	_, _, cfg.DB = testsvc.PostgresSchema(b)
+	cfg.Broker = testsvc.NATSURL(b)
+	b.StartTimer()
+	rep, err := benchcmd.Run(b.Context(), cfg, nopWriter{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rep
 }
 
 type nopWriter struct{}

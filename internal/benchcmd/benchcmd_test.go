@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
@@ -129,6 +130,110 @@ func TestRunPostgresHeldClaims(t *testing.T) {
 	require.Zero(t, tables, "the run left its table behind")
 }
 
+// TestRunPostgresReference drains with the outbox relay and then with the
+// reference loop, two loops sharing the table, deleting rows and marking
+// them sent: the reference loop delivers the whole backlog once
+// (checkDelivered counts the stream and the pending rows) and the report
+// gives the ratio. The latency test runs the outbox relay alone.
+func TestRunPostgresReference(t *testing.T) {
+	t.Parallel()
+	for _, del := range []bool{false, true} {
+		t.Run(map[bool]string{false: "keep", true: "delete"}[del], func(t *testing.T) {
+			t.Parallel()
+			_, _, dsn := testsvc.PostgresSchema(t)
+			var out bytes.Buffer
+			rep, err := Run(t.Context(), Config{DB: dsn, Broker: testsvc.NATSURL(t), Rows: 3000, Rate: 100,
+				Duration: time.Second, SkipBaseline: true, Reference: true, Relays: 2, BatchSize: 200,
+				DeleteSent: del}, &out)
+			require.NoError(t, err)
+			require.Len(t, rep.Drain, 2)
+			ours, ref := rep.Drain[0], rep.Drain[1]
+			require.Equal(t, relayOutbox, ours.Relay)
+			require.Equal(t, relayReference, ref.Relay)
+			require.True(t, ref.Complete)
+			require.Equal(t, 3000, ref.Delivered)
+			require.Positive(t, ref.MsgsPerSec)
+			require.InDelta(t, ours.MsgsPerSec/ref.MsgsPerSec, rep.ReferenceRatio, 1e-9)
+			require.Zero(t, rep.DrainRatio, "no baseline, no ratio")
+			require.Len(t, rep.Latency, 1, "the reference loop has no latency test")
+			require.Equal(t, relayOutbox, rep.Latency[0].Relay)
+			require.Contains(t, out.String(), "of the reference loop's rate")
+		})
+	}
+}
+
+// TestReferenceLoop checks that the reference loop is the loop it claims to
+// be: a batch per statement, published at once, and the rows gone (or
+// marked sent) before the publish.
+func TestReferenceLoop(t *testing.T) {
+	t.Parallel()
+	_, _, dsn := testsvc.PostgresSchema(t)
+	cfg := Config{DB: dsn}.withDefaults()
+	dir := t.TempDir()
+	db, err := openDatabase(t.Context(), cfg, dir, "reference_test")
+	require.NoError(t, err)
+	t.Cleanup(db.close)
+	br, err := openBroker(t.Context(), testsvc.NATSURL(t), dir, "reference_test", 4096)
+	require.NoError(t, err)
+	t.Cleanup(br.close)
+	msgs := make([]*outbox.Message, 250)
+	for i := range msgs {
+		msgs[i] = message(i)
+	}
+	msgs[0].Headers = map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+	require.NoError(t, db.write(t.Context(), msgs))
+	pub, err := br.publisher()
+	require.NoError(t, err)
+	rec := &sizes{Publisher: &checkGone{Publisher: pub, t: t, db: db}}
+	stop := start(t.Context(), []runner{newReference(db, rec, 100, true)})
+	testsvc.Eventually(t, 30*time.Second, func() bool { n, _ := br.stored(t.Context()); return n == 250 }, "all sent")
+	require.NoError(t, stop())
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Equal(t, []int{100, 100, 50}, rec.n)
+
+	stream, err := br.js.Stream(t.Context(), br.stream)
+	require.NoError(t, err)
+	// RETURNING gives the rows in no particular order: find the first message.
+	var got *jetstream.RawStreamMsg
+	for seq := uint64(1); seq <= 250 && got == nil; seq++ {
+		m, err := stream.GetMsg(t.Context(), seq)
+		require.NoError(t, err)
+		if m.Header.Get(outbox.HeaderMessageID) == msgs[0].MessageID {
+			got = m
+		}
+	}
+	require.NotNil(t, got, "message %s is not in the stream", msgs[0].MessageID)
+	require.Equal(t, msgs[0].Headers["traceparent"], got.Header.Get("traceparent"), "headers travel")
+	require.JSONEq(t, string(msgs[0].Payload), string(got.Data))
+}
+
+// checkGone fails the test if a row of a batch being published is still in
+// the table.
+type checkGone struct {
+	outbox.Publisher
+	t  *testing.T
+	db *database
+}
+
+func (c *checkGone) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	var n int
+	err := c.db.sqlDB.QueryRowContext(ctx, "SELECT count(*) FROM "+c.db.table+" WHERE id = ANY($1)",
+		rowIDs(msgs)).Scan(&n)
+	if err != nil || n != 0 {
+		c.t.Errorf("batch published with %d of its rows still in the table (%v)", n, err)
+	}
+	return c.Publisher.Publish(ctx, msgs)
+}
+
+func rowIDs(msgs []*outbox.Message) []int64 {
+	ids := make([]int64, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.RowID
+	}
+	return ids
+}
+
 // TestRunMySQL covers the MySQL path with a small drain.
 func TestRunMySQL(t *testing.T) {
 	t.Parallel()
@@ -163,6 +268,10 @@ func TestConfigValidate(t *testing.T) {
 		{"MySQLDSN", Config{DB: "root@tcp(127.0.0.1:3306)/test"}, nil},
 		{"HeldClaims", Config{HeldClaims: true}, nil},
 		{"HeldClaimsWithBatchLease", Config{HeldClaims: true, BatchLease: true}, []string{"held claims exclude batch leases"}},
+		{"Reference", Config{DB: "postgres://db/x", Reference: true, Tests: []string{"drain"}}, nil},
+		{"ReferenceNotPostgres", Config{Reference: true}, []string{"reference loop needs PostgreSQL"}},
+		{"ReferenceWithoutDrain", Config{DB: "postgres://db/x", Reference: true, Tests: []string{"latency"}},
+			[]string{"reference: it runs in the drain test, which is not run"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -77,6 +77,14 @@ type Config struct {
 	// BaselineTime caps each test of the textbook relay, which may be too
 	// slow to finish. Default: DefaultBaselineTime.
 	BaselineTime time.Duration
+	// Reference also drains the backlog with the reference loop: one
+	// statement per batch that deletes the rows (or marks them sent) and
+	// returns them, then the batch published at once, with Relays loops.
+	// It is the least work a relay can do per message on the database and
+	// broker under test, and unsafe as a relay (a crash after the statement
+	// loses the batch): a ceiling to measure the outbox relay against.
+	// PostgreSQL and the drain test only.
+	Reference bool
 
 	// Relays is how many relays (each a Relay.Run loop) share the table. Default: DefaultRelays.
 	Relays int
@@ -178,6 +186,11 @@ func (c Config) validate() error {
 	check(c.MaxInFlight >= 1 && c.MaxInFlight <= 64, "in flight: %d is not between 1 and 64", c.MaxInFlight)
 	check(c.PollInterval > 0, "poll interval: %v is not positive", c.PollInterval)
 	check(!c.HeldClaims || !c.BatchLease, "held claims exclude batch leases (two ways of claiming; choose one)")
+	if c.Reference {
+		kind, _ := dbKind(c.DB)
+		check(kind == "postgres", "reference: the reference loop needs PostgreSQL (DELETE … RETURNING with SKIP LOCKED)")
+		check(slices.Contains(c.Tests, TestDrain), "reference: it runs in the drain test, which is not run")
+	}
 	if c.Chart != "" {
 		check(strings.EqualFold(filepath.Ext(c.Chart), ".svg"), "chart: %q does not end in .svg", c.Chart)
 		check(slices.Contains(c.Tests, TestLatency), "chart: it draws the latency test, which is not run")

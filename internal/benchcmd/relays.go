@@ -7,16 +7,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxkit/outbox"
 )
 
 // Names of the relays in the report.
 const (
-	relayOutbox   = "outbox"
-	relayTextbook = "textbook"
+	relayOutbox    = "outbox"
+	relayTextbook  = "textbook"
+	relayReference = "reference"
 )
 
-// runner is a relay loop: outbox.Relay or the textbook relay.
+// runner is a relay loop: outbox.Relay, the textbook relay or the reference loop.
 type runner interface {
 	Run(ctx context.Context) error
 }
@@ -45,8 +48,9 @@ func (r *recording) Publish(ctx context.Context, msgs []*outbox.Message) []error
 	return errs
 }
 
-// outboxRelays returns the library's relays with the run's settings.
-func outboxRelays(cfg Config, st outbox.Store, pub outbox.Publisher) ([]runner, error) {
+// outboxRelays returns the library's relays with the run's settings, each
+// with a store from newStore.
+func outboxRelays(cfg Config, newStore func() (outbox.Store, error), pub outbox.Publisher) ([]runner, error) {
 	opts := []outbox.RelayOption{
 		outbox.WithBatchSize(cfg.BatchSize),
 		outbox.WithMaxInFlight(cfg.MaxInFlight),
@@ -58,6 +62,10 @@ func outboxRelays(cfg Config, st outbox.Store, pub outbox.Publisher) ([]runner, 
 	}
 	rs := make([]runner, cfg.Relays)
 	for i := range rs {
+		st, err := newStore()
+		if err != nil {
+			return nil, err
+		}
 		r, err := outbox.NewRelay(st, pub, append(opts, outbox.WithName(fmt.Sprintf("bench-%d", i+1)))...)
 		if err != nil {
 			return nil, err
@@ -137,4 +145,81 @@ func (t *textbook) cycle(ctx context.Context, sel, upd string) error {
 		}
 	}
 	return nil
+}
+
+// referenceIdle is how long the reference loop waits after a statement
+// that found nothing pending.
+const referenceIdle = 2 * time.Millisecond
+
+// reference is the reference loop of the drain test: the least work per
+// message a relay can do on the run's database and broker, to measure the
+// outbox relay against. In a loop, one statement deletes a batch of pending
+// rows (or marks it sent) and returns it, and then the whole batch is
+// published at once and its acknowledgements awaited. It is not a relay to
+// use: a crash between the statement and the acknowledgements loses the
+// batch, and a message the broker refuses is gone. PostgreSQL only
+// (DELETE … RETURNING with SKIP LOCKED, so that several loops can share
+// the table).
+type reference struct {
+	pool *pgxpool.Pool
+	stmt string
+	pub  outbox.Publisher
+}
+
+// newReference returns a reference loop on the run's table: batches of
+// batch rows, deleted or marked sent.
+func newReference(d *database, pub outbox.Publisher, batch int, deleteSent bool) *reference {
+	pick := fmt.Sprintf("SELECT id FROM %s WHERE status = 0 ORDER BY id LIMIT %d FOR UPDATE SKIP LOCKED", d.table, batch)
+	stmt := fmt.Sprintf("UPDATE %s SET status = 1 WHERE id IN (%s)", d.table, pick)
+	if deleteSent {
+		stmt = fmt.Sprintf("DELETE FROM %s WHERE id IN (%s)", d.table, pick)
+	}
+	stmt += " RETURNING id, message_id, aggregate_type, aggregate_id, event_type, payload, headers"
+	return &reference{pool: d.pool, stmt: stmt, pub: pub}
+}
+
+func (r *reference) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		msgs, err := r.take(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("reference loop: %w", err)
+		}
+		if len(msgs) == 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(referenceIdle):
+			}
+			continue
+		}
+		r.pub.Publish(ctx, msgs) // the recording counts what the broker confirmed; the rest is lost
+	}
+	return nil
+}
+
+// take runs the statement and returns the rows it took.
+func (r *reference) take(ctx context.Context) ([]*outbox.Message, error) {
+	rows, err := r.pool.Query(ctx, r.stmt)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var msgs []*outbox.Message
+	for rows.Next() {
+		m := &outbox.Message{}
+		var headers []byte
+		if err := rows.Scan(&m.RowID, &m.MessageID, &m.AggregateType, &m.AggregateID, &m.EventType, &m.Payload,
+			&headers); err != nil {
+			return nil, err
+		}
+		if len(headers) > 0 && string(headers) != "null" {
+			if err := json.Unmarshal(headers, &m.Headers); err != nil {
+				return nil, fmt.Errorf("row %d: headers: %w", m.RowID, err)
+			}
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, rows.Err()
 }

@@ -35,12 +35,16 @@ type Report struct {
 	Broker    string    `json:"broker"` // without credentials
 	Settings  Settings  `json:"settings"`
 
-	// Drain holds the drain test of the outbox relay, then of the textbook relay.
+	// Drain holds the drain test of the outbox relay, then of the textbook
+	// relay, then of the reference loop (when they run).
 	Drain []DrainResult `json:"drain,omitempty"`
 	// Latency holds the latency test of the outbox relay, then of the textbook relay.
 	Latency []LatencyResult `json:"latency,omitempty"`
 	// DrainRatio is the outbox relay's drain rate divided by the textbook relay's.
 	DrainRatio float64 `json:"drain_ratio,omitempty"`
+	// ReferenceRatio is the outbox relay's drain rate divided by the
+	// reference loop's (Config.Reference): how close it comes to the ceiling.
+	ReferenceRatio float64 `json:"reference_ratio,omitempty"`
 	// LatencyRatio is the textbook relay's p99 latency divided by the outbox relay's.
 	LatencyRatio float64 `json:"latency_p99_ratio,omitempty"`
 }
@@ -63,7 +67,7 @@ type Settings struct {
 
 // DrainResult is one relay's drain test: a preloaded backlog published.
 type DrainResult struct {
-	Relay      string  `json:"relay"` // "outbox" or "textbook"
+	Relay      string  `json:"relay"` // "outbox", "textbook" or "reference"
 	Rows       int     `json:"rows"`
 	Delivered  int     `json:"delivered"` // confirmed by the broker before the clock stopped
 	Complete   bool    `json:"complete"`  // every row delivered (the textbook relay may run out of time)
@@ -140,16 +144,19 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	if !cfg.SkipBaseline {
 		relays = append(relays, relayTextbook)
 	}
+	if cfg.Reference {
+		relays = append(relays, relayReference)
+	}
 	for _, test := range cfg.Tests {
 		for _, relay := range relays {
-			switch test {
-			case TestDrain:
+			switch {
+			case test == TestDrain:
 				res, err := r.drain(ctx, relay)
 				if err != nil {
 					return nil, fmt.Errorf("bench: drain test of the %s relay: %w", relay, err)
 				}
 				rep.Drain = append(rep.Drain, *res)
-			case TestLatency:
+			case test == TestLatency && relay != relayReference:
 				res, err := r.latency(ctx, relay)
 				if err != nil {
 					return nil, fmt.Errorf("bench: latency test of the %s relay: %w", relay, err)
@@ -158,8 +165,16 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			}
 		}
 	}
-	if len(rep.Drain) == 2 && rep.Drain[1].MsgsPerSec > 0 {
-		rep.DrainRatio = rep.Drain[0].MsgsPerSec / rep.Drain[1].MsgsPerSec
+	for _, d := range rep.Drain[min(1, len(rep.Drain)):] {
+		if d.MsgsPerSec == 0 {
+			continue
+		}
+		switch ours := rep.Drain[0].MsgsPerSec / d.MsgsPerSec; d.Relay {
+		case relayTextbook:
+			rep.DrainRatio = ours
+		case relayReference:
+			rep.ReferenceRatio = ours
+		}
 	}
 	if len(rep.Latency) == 2 && rep.Latency[0].P99Ms > 0 {
 		rep.LatencyRatio = rep.Latency[1].P99Ms / rep.Latency[0].P99Ms
@@ -198,10 +213,21 @@ func (r *run) relays(relay string, onAck func([]*outbox.Message, []error, time.T
 		return nil, nil, err
 	}
 	rec := &recording{Publisher: pub, onAck: onAck}
-	if relay == relayTextbook {
+	switch relay {
+	case relayTextbook:
 		return []runner{&textbook{db: r.db, pub: rec}}, rec, nil
+	case relayReference:
+		rs := make([]runner, r.cfg.Relays)
+		for i := range rs {
+			rs[i] = newReference(r.db, rec, r.cfg.BatchSize, r.cfg.DeleteSent)
+		}
+		return rs, rec, nil
 	}
-	rs, err := outboxRelays(r.cfg, r.db.store, rec)
+	newStore := r.db.relayStore
+	if newStore == nil {
+		newStore = func() (outbox.Store, error) { return r.db.store, nil }
+	}
+	rs, err := outboxRelays(r.cfg, newStore, rec)
 	return rs, rec, err
 }
 

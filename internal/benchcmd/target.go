@@ -33,8 +33,12 @@ type database struct {
 	desc  string // for the report, without credentials
 	table string // the table's name, made by the run: lower-case letters, digits, underscores
 	store outbox.Store
+	// relayStore returns the store of one outbox relay; nil means store.
+	relayStore func() (outbox.Store, error)
 	// sqlDB runs the textbook relay's statements and the run's own.
 	sqlDB *sql.DB
+	// pool is the PostgreSQL pool (nil on other databases): the reference loop's.
+	pool *pgxpool.Pool
 	// write inserts msgs in one transaction through the library's Writer.
 	write func(ctx context.Context, msgs []*outbox.Message) error
 	// bind is the placeholder of the statement's first parameter: $1 or ?.
@@ -133,16 +137,20 @@ func (d *database) openPostgres(ctx context.Context, cfg Config, raw string, con
 	if err := pool.Ping(ctx); err != nil {
 		return fmt.Errorf("db %s: %w", redact(raw), err)
 	}
-	st, err := pgstore.New(pool, pgstore.WithTable(d.table), pgstore.WithNotify(!cfg.NoNotify),
+	opts := []pgstore.Option{pgstore.WithTable(d.table), pgstore.WithNotify(!cfg.NoNotify),
 		pgstore.WithNotifyInterval(max(cfg.NotifyInterval, 0)),
 		pgstore.WithAsyncCommit(cfg.AsyncCommit), pgstore.WithBatchLease(cfg.BatchLease),
-		pgstore.WithHeldClaims(cfg.HeldClaims))
+		pgstore.WithHeldClaims(cfg.HeldClaims)}
+	st, err := pgstore.New(pool, opts...)
 	if err != nil {
 		return err
 	}
+	// A Store of its own for each relay, as each relay process has: a Store
+	// keeps where its next claim starts.
+	d.relayStore = func() (outbox.Store, error) { return pgstore.New(pool, opts...) }
 	w := outbox.NewWriter(st)
 	d.desc = "PostgreSQL at " + redact(raw)
-	d.store = st
+	d.store, d.pool = st, pool
 	d.sqlDB = stdlib.OpenDBFromPool(pool)
 	d.closers = append(d.closers, func() { d.sqlDB.Close() })
 	d.write = func(ctx context.Context, msgs []*outbox.Message) error {
