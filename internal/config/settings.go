@@ -59,7 +59,7 @@ var fields = []field{
 		func(c *Config) any { return &c.BackoffCap }},
 	{Setting{Key: "publish_timeout", Usage: "give one publish (and a graceful stop) at most `DURATION`"},
 		func(c *Config) any { return &c.PublishTimeout }},
-	{Setting{Key: "lease", Usage: "reserve claimed rows for `DURATION`; at least twice the publish timeout"},
+	{Setting{Key: "lease", Usage: "reserve claimed rows for `DURATION` (with held_claims: how long a claim's transaction may sit idle); at least twice the publish timeout"},
 		func(c *Config) any { return &c.Lease }},
 	{Setting{Key: "probe_interval", Usage: "pause `DURATION` when a destination is down as a whole, doubling while it stays down"},
 		func(c *Config) any { return &c.ProbeInterval }},

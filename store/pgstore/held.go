@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +20,7 @@ import (
 // relay publishes them, and settles them in that transaction:
 //
 //	BEGIN
+//	SET LOCAL idle_in_transaction_session_timeout = the lease
 //	SELECT the first due rows ... FOR UPDATE SKIP LOCKED
 //	(the relay publishes the batch and waits for the broker)
 //	DELETE (or mark sent) the sent rows, reschedule or kill the others
@@ -30,7 +32,10 @@ import (
 // index entries each time, and a batch costs two commits. Other claims skip
 // the locked rows, as they skip leased ones, and since the rows stay locked
 // until the commit, no other relay can take them in between, whatever
-// happens to the batch.
+// happens to the batch. The lease of the claim bounds how long the
+// transaction may sit idle: a relay that stops settling (paused, cut off)
+// has its session ended by the server once the lease is over, and its rows
+// are pending again, as a lease that ran out would leave them.
 //
 // The claim reads retry_count and counts the attempt only in what it hands
 // out; settling writes it. The sent rows are acknowledged by id alone, since
@@ -98,6 +103,7 @@ func (s *Store) claimHeldTx(ctx context.Context, q *queries, p outbox.ClaimParam
 	after := s.claimCursor.start(time.Now())
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	b.Queue(setIdleTimeout, idleTimeout(p.Lease))
 	b.Queue(q.held.claim, p.Limit, after, int64(math.MaxInt64))
 	br := conn.SendBatch(ctx, b)
 	claim, err := readHeldClaim(br, q)
@@ -128,10 +134,29 @@ func (s *Store) claimHeldTx(ctx context.Context, q *queries, p outbox.ClaimParam
 }
 
 func readHeldClaim(br pgx.BatchResults, q *queries) (*outbox.Claim, error) {
-	if _, err := br.Exec(); err != nil { // BEGIN
-		return nil, err
+	for range 2 { // BEGIN, the timeout
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
 	}
 	return scanClaim(br, q)
+}
+
+// setIdleTimeout sets idle_in_transaction_session_timeout for the claim's
+// transaction only: the held claim's lease. The transaction is idle while
+// the relay publishes its batch, which the relay bounds by its publish
+// timeout, at most half the lease. A relay that stops settling for longer
+// (paused, cut off from the database, its host gone) has its session ended
+// by the server, which rolls the transaction back: its rows are pending
+// again, for other relays to take, and its late settle fails. Without it,
+// the rows would stay locked until the server noticed the connection was
+// gone, which can take hours.
+const setIdleTimeout = "SELECT set_config('idle_in_transaction_session_timeout', $1, true)"
+
+// idleTimeout is the setting's value for a lease, in milliseconds, within
+// the setting's range.
+func idleTimeout(lease time.Duration) string {
+	return strconv.FormatInt(min(max(lease.Milliseconds(), 1), math.MaxInt32), 10)
 }
 
 // release ends the connection's transaction, if any, and gives it back to the

@@ -168,6 +168,64 @@ func TestHeldClaimRollsBackWhenTheRelayDies(t *testing.T) {
 	require.Zero(t, count(t, l.pool, "SELECT count(*) FROM outbox_message"))
 }
 
+// TestHeldClaimLeaseEndsAStalledTransaction: a held batch that is not
+// settled within the claim's lease (the relay was paused, or cut off from
+// the database) has its session ended by the server; its rows are pending
+// again for the next claim, and the late settle fails instead of writing.
+// A batch settled within its lease is untouched, and the timeout does not
+// outlive the claim's transaction.
+func TestHeldClaimLeaseEndsAStalledTransaction(t *testing.T) {
+	t.Parallel()
+	l := newHeld(t)
+	rows := l.write(4)
+	claim := func(limit int, lease time.Duration) *outbox.Claim {
+		t.Helper()
+		c, err := l.s.Claim(t.Context(), outbox.ClaimParams{Limit: limit, Lease: lease, Delete: true})
+		require.NoError(t, err)
+		if c.Held != nil {
+			// Should the test fail midway, its connection goes back to the pool,
+			// which otherwise waits for it on closing.
+			t.Cleanup(func() { _, _ = c.Held.Settle(context.Background(), outbox.SettleParams{}) })
+		}
+		return c
+	}
+	stalled := claim(2, time.Second)
+	require.Equal(t, rows[:2], ids(stalled.Messages))
+	settled := claim(2, time.Minute)
+	require.Equal(t, rows[2:], ids(settled.Messages))
+	time.Sleep(1500 * time.Millisecond) // the first lease is over, the second is not
+	testsvc.Eventually(t, 10*time.Second, func() bool { return l.inTx() == 1 }, "the stalled transaction is still open")
+
+	again := claim(10, time.Minute)
+	require.Equal(t, rows[:2], ids(again.Messages), "the stalled batch is claimable again")
+	for _, m := range again.Messages {
+		require.Equal(t, 1, m.Attempt, "the attempt that never finished is not counted")
+	}
+	_, err := stalled.Held.Settle(t.Context(), outbox.SettleParams{Sent: stalled.Messages})
+	require.Error(t, err, "the late settle cannot commit")
+	n, err := settled.Held.Settle(t.Context(), outbox.SettleParams{Sent: settled.Messages})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	n, err = again.Held.Settle(t.Context(), outbox.SettleParams{Sent: again.Messages})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Zero(t, count(t, l.pool, "SELECT count(*) FROM outbox_message"))
+
+	// The setting was the transactions' own: every session is back to the server's.
+	var def string
+	require.NoError(t, l.pool.QueryRow(t.Context(),
+		"SELECT reset_val FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'").Scan(&def))
+	conns := l.pool.AcquireAllIdle(t.Context())
+	require.NotEmpty(t, conns)
+	for _, c := range conns {
+		var v string
+		require.NoError(t, c.QueryRow(t.Context(),
+			"SELECT setting FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'").Scan(&v))
+		require.Equal(t, def, v)
+		c.Release()
+	}
+}
+
 func TestHeldClaimOptions(t *testing.T) {
 	t.Parallel()
 	pool, _, _ := testsvc.PostgresSchema(t)

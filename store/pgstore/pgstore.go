@@ -161,8 +161,10 @@ func WithBatchLease(on bool) Option { return func(c *config) { c.batchLease = on
 // again. What it costs:
 //   - A relay holds one connection and an open transaction per batch in
 //     flight, for as long as the publish takes (bounded by the relay's
-//     publish timeout); size the pool for the relay's max in flight, and keep
-//     idle_in_transaction_session_timeout, if set, above the publish timeout.
+//     publish timeout); size the pool for the relay's max in flight. Each
+//     claim sets idle_in_transaction_session_timeout to its lease for its
+//     own transaction, so the server ends the transaction of a relay that
+//     stopped settling (paused, cut off) once the lease is over.
 //   - An attempt that never finished is not counted (there is no lease to run
 //     out): a message that makes the relay process crash every time it is
 //     published is never marked dead.
