@@ -75,10 +75,11 @@ func BenchmarkRelayDrain(b *testing.B) {
 // settings (held claims, batch 1,000, 4 in flight) and then, in the same
 // iteration, with the reference loop: one statement per batch that deletes
 // the rows (or marks them sent) and returns them, then the batch published
-// at once (benchcmd.Config.Reference). The reference does the least work per
-// message any relay can on this database and broker, so the ratio says how
-// close the relay comes to the ceiling, on whatever machine it runs.
-// Reported: both rates and the relay's as a percentage of the reference's.
+// at once, one batch at a time (benchcmd.Config.Reference). The reference
+// loop does the least database work per message any relay can, so it is a
+// yardstick of the machine: the ratio compares across machines where the
+// rates do not. Reported: both rates and the relay's as a percentage of the
+// reference's.
 //
 //	go test -run '^$' -bench RelayVsReference -benchtime 1x -count 5 ./bench
 func BenchmarkRelayVsReference(b *testing.B) {

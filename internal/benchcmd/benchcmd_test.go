@@ -157,7 +157,7 @@ func TestRunPostgresReference(t *testing.T) {
 			require.Zero(t, rep.DrainRatio, "no baseline, no ratio")
 			require.Len(t, rep.Latency, 1, "the reference loop has no latency test")
 			require.Equal(t, relayOutbox, rep.Latency[0].Relay)
-			require.Contains(t, out.String(), "of the reference loop's rate")
+			require.Contains(t, out.String(), "as fast as the reference loop")
 		})
 	}
 }

@@ -79,11 +79,12 @@ type Config struct {
 	BaselineTime time.Duration
 	// Reference also drains the backlog with the reference loop: one
 	// statement per batch that deletes the rows (or marks them sent) and
-	// returns them, then the batch published at once, with Relays loops.
-	// It is the least work a relay can do per message on the database and
-	// broker under test, and unsafe as a relay (a crash after the statement
-	// loses the batch): a ceiling to measure the outbox relay against.
-	// PostgreSQL and the drain test only.
+	// returns them, then the batch published at once and its
+	// acknowledgements awaited, one batch at a time, with Relays loops. It
+	// does the least database work per message a relay can, and is unsafe
+	// as a relay (a crash after the statement loses the batch): a yardstick
+	// of the database, broker and machine under test, to compare runs on
+	// different machines by. PostgreSQL and the drain test only.
 	Reference bool
 
 	// Relays is how many relays (each a Relay.Run loop) share the table. Default: DefaultRelays.

@@ -59,8 +59,8 @@ func writeReport(out io.Writer, rep *Report, asJSON bool) error {
 			fmt.Fprintf(&b, "outbox relay drains %sx as fast as the textbook relay\n", ratio(rep.DrainRatio))
 		}
 		if rep.ReferenceRatio > 0 {
-			fmt.Fprintf(&b, "outbox relay drains at %.0f%% of the reference loop's rate (one statement takes a batch, which is then published: the ceiling here, unsafe as a relay)\n",
-				100*rep.ReferenceRatio)
+			fmt.Fprintf(&b, "outbox relay drains %sx as fast as the reference loop (one statement takes a batch, then it is published; unsafe as a relay)\n",
+				ratio(rep.ReferenceRatio))
 		}
 	}
 	if len(rep.Latency) > 0 {

@@ -43,7 +43,7 @@ type Report struct {
 	// DrainRatio is the outbox relay's drain rate divided by the textbook relay's.
 	DrainRatio float64 `json:"drain_ratio,omitempty"`
 	// ReferenceRatio is the outbox relay's drain rate divided by the
-	// reference loop's (Config.Reference): how close it comes to the ceiling.
+	// reference loop's (Config.Reference).
 	ReferenceRatio float64 `json:"reference_ratio,omitempty"`
 	// LatencyRatio is the textbook relay's p99 latency divided by the outbox relay's.
 	LatencyRatio float64 `json:"latency_p99_ratio,omitempty"`

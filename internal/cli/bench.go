@@ -34,7 +34,7 @@ func benchCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "writers", Usage: "transactions the latency test may have open at once (default: rate/30, 8 to 32; 1 on SQLite)"},
 			&ucli.BoolWithInverseFlag{Name: "baseline", Usage: "also run the textbook relay", Value: true},
 			&ucli.DurationFlag{Name: "baseline-time", Usage: "cap of each textbook relay test", Value: benchcmd.DefaultBaselineTime},
-			&ucli.BoolFlag{Name: "reference", Usage: "PostgreSQL: also drain with the reference loop (one DELETE … RETURNING per batch, then publish), the ceiling to compare with"},
+			&ucli.BoolFlag{Name: "reference", Usage: "PostgreSQL: also drain with the reference loop (one DELETE … RETURNING per batch, then publish it), a yardstick of the machine"},
 			&ucli.IntFlag{Name: "relays", Usage: "relays sharing the table", Value: benchcmd.DefaultRelays},
 			&ucli.IntFlag{Name: "batch", Usage: "the relay's batch size", Value: benchcmd.DefaultBatchSize},
 			&ucli.IntFlag{Name: "in-flight", Usage: "batches each relay may have at the broker at once", Value: benchcmd.DefaultMaxInFlight},
