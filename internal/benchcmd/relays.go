@@ -151,15 +151,15 @@ func (t *textbook) cycle(ctx context.Context, sel, upd string) error {
 // that found nothing pending.
 const referenceIdle = 2 * time.Millisecond
 
-// reference is the reference loop of the drain test: the least work per
-// message a relay can do on the run's database and broker, to measure the
-// outbox relay against. In a loop, one statement deletes a batch of pending
-// rows (or marks it sent) and returns it, and then the whole batch is
-// published at once and its acknowledgements awaited. It is not a relay to
-// use: a crash between the statement and the acknowledgements loses the
-// batch, and a message the broker refuses is gone. PostgreSQL only
-// (DELETE … RETURNING with SKIP LOCKED, so that several loops can share
-// the table).
+// reference is the reference loop of the drain test (Config.Reference): the
+// least database work per message a relay can do, one batch at a time, as a
+// yardstick of the database, broker and machine under test. In a loop, one
+// statement deletes a batch of pending rows (or marks it sent) and returns
+// it, and then the whole batch is published at once and its
+// acknowledgements awaited. It is not a relay to use: a crash between the
+// statement and the acknowledgements loses the batch, and a message the
+// broker refuses is gone. PostgreSQL only (DELETE … RETURNING with SKIP
+// LOCKED, so that several loops can share the table).
 type reference struct {
 	pool *pgxpool.Pool
 	stmt string
