@@ -112,7 +112,8 @@ func insertSQL(t *testing.T, pool *pgxpool.Pool, table string, n int) {
 // --notify-trigger, then a relay with notify_trigger and a 10 s poll
 // interval, and writes a row with plain SQL once the relay has listened and
 // answered its first wake-up: only the trigger's NOTIFY can get the row out
-// long before the next poll.
+// long before the next poll. Without the trigger the relay says that it is
+// missing.
 func TestMigrateNotifyTriggerWakesRelay(t *testing.T) {
 	t.Parallel()
 	const (
@@ -125,7 +126,7 @@ func TestMigrateNotifyTriggerWakesRelay(t *testing.T) {
 		published   bool // within soon
 	}{
 		{"Trigger", []string{"--notify-trigger"}, true},
-		// The control: the same relay listens, but nothing notifies.
+		// The control: without the trigger, nothing wakes the relay.
 		{"NoTrigger", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -145,18 +146,32 @@ func TestMigrateNotifyTriggerWakesRelay(t *testing.T) {
 
 			app := testsvc.Name(t)
 			relay := startPGRelay(t, dsn, app, "--table", table, "--notify-trigger", "--poll-interval", poll.String())
-			// The relay listens, and has claimed (finding nothing) after its
-			// LISTEN: the wake-up the listener sends when it starts is answered,
-			// so the relay now sleeps for the poll interval.
-			testsvc.Eventually(t, 15*time.Second, func() bool {
-				relay.exited(t)
-				var n int
-				err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity AS a
-				WHERE a.application_name = $1 AND a.state = 'idle' AND a.query NOT LIKE 'LISTEN %'
-				  AND a.query_start > (SELECT l.query_start FROM pg_stat_activity AS l
-				                       WHERE l.application_name = $1 AND l.query LIKE 'LISTEN %')`, app).Scan(&n)
-				return err == nil && n > 0
-			}, "the relay listens and has claimed since")
+			if tc.published {
+				// The relay listens, and has claimed (finding nothing) after its
+				// LISTEN: the wake-up the listener sends when it starts is answered,
+				// so the relay now sleeps for the poll interval.
+				testsvc.Eventually(t, 15*time.Second, func() bool {
+					relay.exited(t)
+					var n int
+					err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity AS a
+					WHERE a.application_name = $1 AND a.state = 'idle' AND a.query NOT LIKE 'LISTEN %'
+					  AND a.query_start > (SELECT l.query_start FROM pg_stat_activity AS l
+					                       WHERE l.application_name = $1 AND l.query LIKE 'LISTEN %')`, app).Scan(&n)
+					return err == nil && n > 0
+				}, "the relay listens and has claimed since")
+			} else {
+				// Without the trigger the relay does not listen for notifications
+				// that would never come: it says what to run, and polls; it has
+				// made its first claim, so it now sleeps for the poll interval.
+				testsvc.Eventually(t, 15*time.Second, func() bool {
+					relay.exited(t)
+					var n int
+					err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+					WHERE application_name = $1 AND state = 'idle' AND query LIKE '%SKIP LOCKED%'`, app).Scan(&n)
+					return err == nil && n > 0 && strings.Contains(relay.stderr.String(),
+						"has no NOTIFY trigger, so writes wake no one")
+				}, "the relay says the trigger is missing, and has claimed")
+			}
 
 			start := time.Now()
 			insertSQL(t, pool, table, 1)

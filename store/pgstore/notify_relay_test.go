@@ -200,6 +200,43 @@ func TestNotifyTrigger(t *testing.T) {
 	testsvc.Eventually(t, 10*time.Second, func() bool { return pub.Count() == 7 }, "plain inserts published")
 }
 
+// TestNotifyTriggerMissing: a Store that leaves the NOTIFY to a trigger
+// the table does not have refuses to listen with an error that says what to
+// run, instead of listening for notifications that never come; once the
+// trigger is there, it listens.
+func TestNotifyTriggerMissing(t *testing.T) {
+	t.Parallel()
+	pool, _, _ := testsvc.PostgresSchema(t)
+	table := uniqueTable(t)
+	newStore(t, pool, pgstore.WithTable(table)) // migrated without the trigger
+	s, err := pgstore.New(pool, pgstore.WithTable(table), pgstore.WithNotifyTrigger(true))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err = s.Listen(ctx, func() {})
+	require.ErrorContains(t, err, "has no NOTIFY trigger")
+	require.ErrorContains(t, err, "outbox migrate --notify-trigger")
+
+	require.NoError(t, s.Migrate(t.Context()))
+	woken := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Listen(ctx, func() {
+			select {
+			case woken <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	select {
+	case <-woken: // the wake-up right after it starts listening
+	case err := <-done:
+		t.Fatalf("Listen returned %v", err)
+	}
+	cancel()
+	require.NoError(t, <-done)
+}
+
 // TestRelayListenerRecovers terminates the relay's listening connection: the
 // relay starts listening again by itself and, because rows may have
 // committed while no one listened, looks for them at once.

@@ -39,6 +39,10 @@ func (s *Store) notifyFunction() string {
 	return pgx.Identifier(parts).Sanitize()
 }
 
+// hasNotifyTrigger says whether table $1 has the trigger named $2.
+const hasNotifyTrigger = `SELECT EXISTS (SELECT 1 FROM pg_trigger
+	WHERE tgrelid = to_regclass($1) AND tgname = $2 AND NOT tgisinternal)`
+
 // notifyTriggerDone reports whether the table has the NOTIFY trigger, or
 // needs none.
 func (s *Store) notifyTriggerDone(ctx context.Context) (bool, error) {
@@ -46,8 +50,7 @@ func (s *Store) notifyTriggerDone(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	var ok bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger
-	WHERE tgrelid = to_regclass($1) AND tgname = $2 AND NOT tgisinternal)`, s.ident, notifyTriggerName).Scan(&ok)
+	err := s.pool.QueryRow(ctx, hasNotifyTrigger, s.ident, notifyTriggerName).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("pgstore: migrate %s: read catalog: %w", s.cfg.table, err)
 	}
