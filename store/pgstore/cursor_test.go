@@ -2,15 +2,29 @@ package pgstore_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/outboxtest"
 	"github.com/outboxkit/outbox/store/pgstore"
 )
+
+// unorderedClaims are the kinds of unordered claim, each of which starts at
+// the claim cursor.
+var unorderedClaims = []struct {
+	name string
+	opts []pgstore.Option
+}{
+	{"RowLeases", nil},
+	{"BatchLeases", []pgstore.Option{pgstore.WithBatchLease(true)}},
+	{"HeldClaims", []pgstore.Option{pgstore.WithHeldClaims(true)}},
+}
 
 // TestClaimCursorTakesWhatItPassedOver makes rows below the claim cursor due
 // again while claims move on through a backlog, and checks that the claim
@@ -18,14 +32,7 @@ import (
 // each kind of unordered claim: row leases, batch leases, held claims.
 func TestClaimCursorTakesWhatItPassedOver(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		opts []pgstore.Option
-	}{
-		{"RowLeases", nil},
-		{"BatchLeases", []pgstore.Option{pgstore.WithBatchLease(true)}},
-		{"HeldClaims", []pgstore.Option{pgstore.WithHeldClaims(true)}},
-	} {
+	for _, tc := range unorderedClaims {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			pool, _, _ := testsvc.PostgresSchema(t)
@@ -85,6 +92,79 @@ func TestClaimCursorTakesWhatItPassedOver(t *testing.T) {
 				settle(x)
 			}
 			require.Zero(t, count(t, pool, "SELECT count(*) FROM outbox_message WHERE status = 0"))
+		})
+	}
+}
+
+// TestClaimCursorRelaysDrainEverythingOnce drains a backlog with two relays,
+// each with a Store (and so a claim cursor) of its own and 4 batches in
+// flight, while writers add rows and a transaction that took the lowest id
+// commits only once the relays are well past it: every message is published
+// exactly once and nothing is left, with each kind of unordered claim.
+func TestClaimCursorRelaysDrainEverythingOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range unorderedClaims {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool, _, _ := testsvc.PostgresSchema(t)
+			w := outbox.NewWriter(newStore(t, pool, tc.opts...))
+			write := func(tx pgx.Tx, n int, prefix string) {
+				t.Helper()
+				msgs := make([]*outbox.Message, n)
+				for i := range msgs {
+					msgs[i] = msg(fmt.Sprintf("%s-%d", prefix, i))
+				}
+				require.NoError(t, w.Write(ctx, tx, msgs...))
+			}
+			late, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer late.Rollback(ctx) //nolint:errcheck // committed below
+			write(late, 1, "late")   // the lowest id, committed last
+			const backlog = 3000
+			for i := range backlog / 100 {
+				require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					write(tx, 100, fmt.Sprintf("b%d", i))
+					return nil
+				}))
+			}
+
+			pub := outboxtest.NewPublisher()
+			for i := range 2 {
+				st, err := pgstore.New(pool, tc.opts...)
+				require.NoError(t, err)
+				r, err := outbox.NewRelay(st, pub, outbox.WithBatchSize(100), outbox.WithMaxInFlight(4),
+					outbox.WithDeleteSent(true), outbox.WithPollInterval(20*time.Millisecond),
+					outbox.WithName(fmt.Sprintf("r%d", i)))
+				require.NoError(t, err)
+				startRelay(t, r)
+			}
+			// Writers keep adding rows while the relays drain.
+			const added = 20 * 10
+			writers := make(chan struct{})
+			go func() {
+				defer close(writers)
+				for i := range 20 {
+					if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+						write(tx, 10, fmt.Sprintf("w%d", i))
+						return nil
+					}); err != nil {
+						t.Errorf("write: %v", err)
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
+			testsvc.Eventually(t, 30*time.Second, func() bool { return pub.Count() >= backlog/3 }, "a third published")
+			require.NoError(t, late.Commit(ctx))
+			<-writers
+
+			total := backlog + added + 1
+			testsvc.Eventually(t, 60*time.Second, func() bool {
+				return pub.Count() >= total && count(t, pool, "SELECT count(*) FROM outbox_message") == 0
+			}, "everything published and deleted")
+			require.Equal(t, total, pub.Count())
+			require.Empty(t, pub.Duplicates())
 		})
 	}
 }
