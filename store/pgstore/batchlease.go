@@ -64,10 +64,47 @@ func (s *Store) leaseTable() string {
 	if !s.cfg.batchLease {
 		return ""
 	}
+	return s.sideTable()
+}
+
+// sideTable returns the quoted name the side table of batch leases has, or
+// would have, in the table's schema.
+func (s *Store) sideTable() string {
 	parts, _ := splitTable(s.cfg.table) // validated by New
 	last := len(parts) - 1
 	parts[last] = shorten(parts[last], leaseSuffix, 63)
 	return pgx.Identifier(parts).Sanitize()
+}
+
+// checkNoBatchLeases makes sure, before the first claim of a Store without
+// WithBatchLease, that no relay holds batch leases on the table: such a
+// relay's claimed rows look pending to every other kind of claim, which
+// would publish them a second time. Once the check passes the Store does not
+// ask again; until then, each claim asks (and fails).
+func (s *Store) checkNoBatchLeases(ctx context.Context) error {
+	if s.cfg.batchLease || s.noBatchLeases.Load() {
+		return nil
+	}
+	side := s.sideTable()
+	var exists bool
+	if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", side).Scan(&exists); err != nil {
+		return fmt.Errorf("pgstore: claim: read catalog: %w", err)
+	}
+	if exists {
+		var live bool
+		err := s.pool.QueryRow(ctx, fmt.Sprintf(
+			"SELECT EXISTS (SELECT 1 FROM %s WHERE expires_at > now() AND cardinality(ids) > 0)", side)).Scan(&live)
+		if err != nil {
+			return fmt.Errorf("pgstore: claim: read %s: %w", side, err)
+		}
+		if live {
+			return fmt.Errorf("pgstore: claim: %s holds live batch leases: another relay claims table %s with "+
+				"WithBatchLease (batch_lease), and claims without it would publish its rows again; give every relay of "+
+				"a table the same setting (stop them all to switch, and wait out the lease)", side, s.cfg.table)
+		}
+	}
+	s.noBatchLeases.Store(true)
+	return nil
 }
 
 // batchLeaseDone reports whether the side table exists, or is not needed.

@@ -364,3 +364,40 @@ func TestBatchLeaseNeedsItsTable(t *testing.T) {
 	_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
 	require.NoError(t, err)
 }
+
+// TestClaimRefusesLiveBatchLeases: a Store without batch leases (row leases
+// or held claims) on a table that a batch-leasing relay is claiming would
+// see that relay's claimed rows as pending and publish them again, so its
+// claim fails with what to do; once the leases are settled it claims.
+func TestClaimRefusesLiveBatchLeases(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opts []pgstore.Option
+	}{{"RowLeases", nil}, {"HeldClaims", []pgstore.Option{pgstore.WithHeldClaims(true)}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l := newLeased(t)
+			rows := l.write(4)
+			leased := l.claim(2, time.Minute)
+			require.Equal(t, rows[:2], ids(leased))
+
+			other, err := pgstore.New(l.pool, tc.opts...)
+			require.NoError(t, err)
+			_, err = other.Claim(t.Context(), outbox.ClaimParams{Limit: 10, Lease: time.Minute})
+			require.ErrorContains(t, err, "holds live batch leases")
+			require.ErrorContains(t, err, "give every relay of a table the same setting")
+
+			n, err := l.s.Ack(t.Context(), outbox.AckParams{Messages: leased})
+			require.NoError(t, err)
+			require.Equal(t, 2, n)
+			c, err := other.Claim(t.Context(), outbox.ClaimParams{Limit: 10, Lease: time.Minute})
+			require.NoError(t, err)
+			require.Equal(t, rows[2:], ids(c.Messages), "the batch-leased rows were settled; the rest is claimed")
+			if c.Held != nil {
+				_, err = c.Held.Settle(t.Context(), outbox.SettleParams{Sent: c.Messages})
+				require.NoError(t, err)
+			}
+		})
+	}
+}

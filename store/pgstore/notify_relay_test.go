@@ -312,6 +312,9 @@ func TestIdleRelayCost(t *testing.T) {
 				pgstore.WithBatchLease(tc.lease), pgstore.WithHeldClaims(tc.held))
 			_, err = s.Stats(t.Context()) // learn the table's columns first
 			require.NoError(t, err)
+			// and make the first claim's one-time check for batch leases (the table is empty)
+			_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
+			require.NoError(t, err)
 
 			const poll, window = 200 * time.Millisecond, 2 * time.Second
 			r, err := outbox.NewRelay(s, outboxtest.NewPublisher(), outbox.WithPollInterval(poll))

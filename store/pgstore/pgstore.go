@@ -55,6 +55,9 @@ type Store struct {
 	heldIdle atomic.Bool
 	// claimCursor is where the next unordered claim starts (store.go).
 	claimCursor claimCursor
+	// noBatchLeases is set once a Store without WithBatchLease has made sure
+	// that no relay batch-leases the table (batchlease.go).
+	noBatchLeases atomic.Bool
 
 	mu      sync.Mutex
 	q       *queries      // built from the table's columns on first use

@@ -370,6 +370,9 @@ func TestOneStatementPerCall(t *testing.T) {
 	ctx := t.Context()
 	_, err = s.Stats(ctx) // learns the table's columns
 	require.NoError(t, err)
+	// The first claim makes sure no relay batch-leases the table; once.
+	_, err = s.Claim(ctx, outbox.ClaimParams{Limit: 1, Lease: time.Minute})
+	require.NoError(t, err)
 
 	msgs := make([]*outbox.Message, 500)
 	for i := range msgs {

@@ -50,6 +50,9 @@ func (s *Store) claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	if q.lease != nil {
 		return s.claimLeased(ctx, q, p)
 	}
+	if err := s.checkNoBatchLeases(ctx); err != nil {
+		return nil, err
+	}
 	if q.held != nil && !p.Ordered {
 		return s.claimHeld(ctx, q, p)
 	}
