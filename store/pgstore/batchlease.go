@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"math"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -234,25 +232,9 @@ func (s *Store) claimLeased(ctx context.Context, q *queries, p outbox.ClaimParam
 		}
 		return s.leaseBatch(ctx, q, p, mode, p.Limit)
 	}
-	after := s.claimCursor.start(time.Now())
-	claim, err := s.leaseBatch(ctx, q, p, claimUnordered, p.Limit, after, int64(math.MaxInt64))
-	if err != nil {
-		return nil, err
-	}
-	if n := claimSize(claim); after > 0 && n < p.Limit {
-		more, err := s.leaseBatch(ctx, q, p, claimUnordered, p.Limit-n, int64(0), after)
-		if err != nil {
-			// The first lease stands: its rows are claimed and go out.
-			s.claimCursor.claimed(after, claim, p.Limit)
-			sortClaim(claim)
-			return claim, nil
-		}
-		claim.Messages = append(claim.Messages, more.Messages...)
-		claim.Malformed = append(claim.Malformed, more.Malformed...)
-	}
-	s.claimCursor.claimed(after, claim, p.Limit)
-	sortClaim(claim)
-	return claim, nil
+	return s.fromCursor(p.Limit, func(limit int, lo, hi int64) (*outbox.Claim, error) {
+		return s.leaseBatch(ctx, q, p, claimUnordered, limit, lo, hi)
+	})
 }
 
 // leaseBatch claims up to limit rows under one batch lease, with the claim

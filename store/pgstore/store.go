@@ -59,23 +59,31 @@ func (s *Store) claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	if p.Ordered {
 		return s.claimOrdered(ctx, q, p)
 	}
-	claim := &outbox.Claim{}
+	return s.fromCursor(p.Limit, func(limit int, lo, hi int64) (*outbox.Claim, error) {
+		claim := &outbox.Claim{}
+		_, err := s.claimInto(ctx, claim, q, q.claim[claimUnordered], false, limit, p.Lease.Microseconds(), lo, hi)
+		return claim, err
+	})
+}
+
+// fromCursor claims up to limit rows with take, each call of which claims
+// (and commits) the due rows with ids in (lo, hi]: first from the claim
+// cursor on; when that comes back short, the rest from the first due row up
+// to the cursor. If that second take fails, the rows of the first stand and
+// go out without what the failed one returned.
+func (s *Store) fromCursor(limit int, take func(limit int, lo, hi int64) (*outbox.Claim, error)) (*outbox.Claim, error) {
 	after := s.claimCursor.start(time.Now())
-	if _, err := s.claimInto(ctx, claim, q, q.claim[claimUnordered], false, p.Limit, p.Lease.Microseconds(),
-		after, int64(math.MaxInt64)); err != nil {
+	claim, err := take(limit, after, math.MaxInt64)
+	if err != nil {
 		return nil, err
 	}
-	if n := claimSize(claim); after > 0 && n < p.Limit {
-		// Short from the cursor: take the rest from the first due row. If
-		// that fails, the rows leased so far stand and go out without what
-		// the failed statement returned.
-		msgs, bad := len(claim.Messages), len(claim.Malformed)
-		if _, err := s.claimInto(ctx, claim, q, q.claim[claimUnordered], false, p.Limit-n, p.Lease.Microseconds(),
-			int64(0), after); err != nil {
-			claim.Messages, claim.Malformed = claim.Messages[:msgs], claim.Malformed[:bad]
+	if n := claimSize(claim); after > 0 && n < limit {
+		if more, err := take(limit-n, 0, after); err == nil {
+			claim.Messages = append(claim.Messages, more.Messages...)
+			claim.Malformed = append(claim.Malformed, more.Malformed...)
 		}
 	}
-	s.claimCursor.claimed(after, claim, p.Limit)
+	s.claimCursor.claimed(after, claim, limit)
 	sortClaim(claim)
 	return claim, nil
 }
