@@ -74,6 +74,10 @@ func (s *Store) sideTable() string {
 	return pgx.Identifier(parts).Sanitize()
 }
 
+// tableExists says whether the table named $1 (quoted, as it would be in a
+// statement) exists.
+const tableExists = "SELECT to_regclass($1) IS NOT NULL"
+
 // checkNoBatchLeases makes sure, before the first claim of a Store without
 // WithBatchLease, that no relay holds batch leases on the table: such a
 // relay's claimed rows look pending to every other kind of claim, which
@@ -85,7 +89,7 @@ func (s *Store) checkNoBatchLeases(ctx context.Context) error {
 	}
 	side := s.sideTable()
 	var exists bool
-	if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", side).Scan(&exists); err != nil {
+	if err := s.pool.QueryRow(ctx, tableExists, side).Scan(&exists); err != nil {
 		return fmt.Errorf("pgstore: claim: read catalog: %w", err)
 	}
 	if exists {
@@ -111,7 +115,7 @@ func (s *Store) batchLeaseDone(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	var ok bool
-	if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", s.leaseTable()).Scan(&ok); err != nil {
+	if err := s.pool.QueryRow(ctx, tableExists, s.leaseTable()).Scan(&ok); err != nil {
 		return false, fmt.Errorf("pgstore: migrate %s: read catalog: %w", s.cfg.table, err)
 	}
 	return ok, nil
