@@ -8,10 +8,12 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/outboxkit/outbox/internal/redact"
 )
 
 // redacted replaces a secret, or the secret part of a DSN, when printed.
-const redacted = "REDACTED"
+const redacted = redact.Mask
 
 // Secret holds a value that must not be printed or logged as is: a database
 // DSN or broker URL that may carry a password, or a webhook signing secret.
@@ -71,17 +73,6 @@ var validScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
 // goSQLDSN matches a go-sql-driver DSN with a password: user:password@net(addr)/db.
 var goSQLDSN = regexp.MustCompile(`^([^:@/]*):(.*)@([a-z0-9]*\(.*\))?/`)
 
-// sensitiveParam says whether a query parameter of a URL may hold a secret.
-func sensitiveParam(name string) bool {
-	n := strings.ToLower(name)
-	for _, w := range []string{"pass", "secret", "token", "key", "auth", "cred", "sig"} {
-		if strings.Contains(n, w) {
-			return true
-		}
-	}
-	return false
-}
-
 // Redacted returns a printable form: for a URL, the URL with its password and
 // any query parameter that looks like a credential (password, secret, token,
 // key, ...) replaced by REDACTED; for a go-sql-driver DSN, the DSN with its
@@ -132,7 +123,7 @@ func redactOneURL(raw string, maskUser bool) string {
 	if u.RawQuery != "" {
 		q := u.Query()
 		for k := range q {
-			if sensitiveParam(k) {
+			if redact.SensitiveParam(k) {
 				q[k] = []string{redacted}
 			}
 		}
