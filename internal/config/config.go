@@ -282,6 +282,13 @@ type Broker struct {
 	// Headers are added to every webhook request, e.g. an API key (http://
 	// and https:// only). Their values are secrets. Default: none.
 	Headers map[string]Secret `yaml:"headers"`
+	// PermanentStatus lists the HTTP status codes (300 to 599) that make a
+	// webhook message dead at once; any other refusal is retried with
+	// backoff up to max_attempts (http:// and https:// only). An empty list
+	// retries every refusal. Redirects are never followed, so a 3xx is
+	// retried unless listed. Default: every 4xx but 401, 403, 404, 408 and
+	// 429 (a rotated key or a route not deployed yet is retried).
+	PermanentStatus []int `yaml:"permanent_status"`
 }
 
 // Route sends matching messages to a broker.

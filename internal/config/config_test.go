@@ -318,6 +318,25 @@ func TestValidateCases(t *testing.T) {
 			c.Broker = Secret{}
 			c.Brokers = []Broker{{Name: "a", URL: NewSecret("https://h/x"), Headers: map[string]Secret{"X Y": {}}}}
 		}, `brokers[0].headers: "X Y" is not a header name`},
+		{"WebhookPlaceholderInHost", func(c *Config) { c.Broker = NewSecret("https://{destination}.h/x?token=s3cret-tok") },
+			"broker.url: endpoint: {destination} may stand in the path only, not in the host"},
+		{"WebhookPlaceholderInPath", func(c *Config) { c.Broker = NewSecret("https://h/in/{destination}?token=s3cret-tok") }, ""},
+		{"WebhookEmptyKey", func(c *Config) {
+			c.Broker = Secret{}
+			c.Brokers = []Broker{{Name: "a", URL: NewSecret("https://h/x"), Secret: NewSecret("whsec_")}}
+		}, "brokers[0].secret: the key has 0 bytes, fewer than 16"},
+		{"WebhookShortRawKey", func(c *Config) {
+			c.Broker = Secret{}
+			c.Brokers = []Broker{{Name: "a", URL: NewSecret("https://h/x"), Secret: NewSecret("s3cret-tok")}}
+		}, "brokers[0].secret: the key has 10 bytes, fewer than 16"},
+		{"WebhookPermanentStatus", func(c *Config) {
+			c.Broker = Secret{}
+			c.Brokers = []Broker{{Name: "a", URL: NewSecret("https://h/x"), PermanentStatus: []int{400, 200, 600}}}
+		}, "brokers[0].permanent_status: 200 is not a status code from 300 to 599\nbrokers[0].permanent_status: 600 is not a status code from 300 to 599"},
+		{"PermanentStatusOnNATS", func(c *Config) {
+			c.Broker = Secret{}
+			c.Brokers = []Broker{{Name: "a", URL: NewSecret("nats://h"), PermanentStatus: []int{}}}
+		}, "brokers[0].permanent_status: applies to http://, https:// only, not nats://"},
 		{"RouteMatchesNothing", func(c *Config) { c.Routes = []Route{{Broker: "default"}} },
 			"routes[0]: needs event_type or aggregate_type"},
 		{"DefaultRouteWithMatcher", func(c *Config) { c.DefaultRoute = &Route{Broker: "default", EventType: "X"} },
@@ -378,6 +397,7 @@ func TestValidateCases(t *testing.T) {
 				return
 			}
 			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), "s3cret-tok", "no problem shows a secret")
 		})
 	}
 }
