@@ -21,6 +21,9 @@ func TestURLs(t *testing.T) {
 		{"RootPathKept", "https://h/ and redis://h:6379/0", "https://h/ and redis://h:6379/0"},
 		{"SQLDSN", "open root:pw@tcp(127.0.0.1:3306)/test", "open root:REDACTED@tcp(127.0.0.1:3306)/test"},
 		{"Nothing", "connection refused", "connection refused"},
+		{"PostgresQuery", "postgres://app:s3cret@db:5432/orders?sslmode=disable", "postgres://app:REDACTED@db:5432/orders?sslmode=REDACTED"},
+		{"NATS", "nats://user:pass@broker:4222", "nats://user:REDACTED@broker:4222"},
+		{"SQLitePathKept", "sqlite:///tmp/x.db", "sqlite:///tmp/x.db"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
