@@ -135,6 +135,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 func (d *Daemon) run(ctx context.Context) error {
 	cfg := d.cfg
+	d.warnPlaintextCredentials()
 	tp, shutdownTraces, err := tracing.Setup(ctx, tracing.Config{Exporter: cfg.TraceExporter,
 		Endpoint: cfg.TraceEndpoint, ServiceName: "outbox-relay", Stdout: d.opts.stdout})
 	if err != nil {
