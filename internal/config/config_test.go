@@ -646,3 +646,25 @@ func TestDocExample(t *testing.T) {
 	require.Len(t, c.Brokers, 2)
 	require.Equal(t, "shop-relay", c.Name)
 }
+
+// permanent_status: an absent key keeps the publisher's default (nil), an
+// empty list means no status is permanent.
+func TestPermanentStatusYAML(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, line string
+		want       []int
+	}{
+		{"Absent", "", nil},
+		{"Empty", "    permanent_status: []\n", []int{}},
+		{"Listed", "    permanent_status: [400, 422]\n", []int{400, 422}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := Parse([]byte("db: sqlite://x.db\nbrokers:\n  - name: w\n    url: https://h/x\n" + tc.line))
+			require.NoError(t, err)
+			require.NoError(t, c.Validate())
+			require.Equal(t, tc.want, c.Brokers[0].PermanentStatus)
+		})
+	}
+}

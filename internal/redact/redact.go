@@ -2,9 +2,11 @@
 // last_error, a trace span or an HTTP answer.
 //
 // It works two ways. Structurally, it rewrites every URL it finds in the
-// text: user information, query values, fragments and (for http and https)
-// the path become REDACTED, and so does the password of a go-sql-driver DSN
-// (user:password@tcp(host)/db). That removes a password of any length where
+// text: the password, the fragment and the values of query parameters named
+// like credentials (password, token, key, ...) become REDACTED; of an http
+// or https URL (a webhook, where any part may be a token) the whole user
+// information, every query value and the path do. So does the password of a
+// go-sql-driver DSN (user:password@tcp(host)/db). That removes a password of any length where
 // it appears in a URL, without searching for it as a bare word. Then it
 // replaces the known secret values a [Redactor] was given wherever they
 // appear as words: a value of 8 bytes or more anywhere, one of 4 to 7 bytes
@@ -180,8 +182,10 @@ func URLs(s string) string {
 	return sqlDSN.ReplaceAllString(s, "${1}:"+Mask+"@${3}")
 }
 
-// oneURL masks the user information, query values, fragment and (http,
-// https) path of one URL found in text.
+// oneURL masks the password, the fragment and the credential-named query
+// values of one URL found in text; of an http or https URL (a webhook,
+// where any part may be a token), the whole user information, every query
+// value and the path.
 func oneURL(raw string) string {
 	scheme, rest, _ := strings.Cut(raw, "://")
 	web := strings.EqualFold(scheme, "http") || strings.EqualFold(scheme, "https")
@@ -190,10 +194,10 @@ func oneURL(raw string) string {
 	if at := strings.LastIndex(auth, "@"); at >= 0 {
 		user, _, hasPW := strings.Cut(auth[:at], ":")
 		switch {
-		case hasPW && !web:
-			auth = user + ":" + Mask + auth[at:]
-		default: // an http user name may be a token
+		case web: // an http user name may be a token
 			auth = Mask + auth[at:]
+		case hasPW:
+			auth = user + ":" + Mask + auth[at:]
 		}
 	}
 	path, query, hasQuery := strings.Cut(tail, "?")
@@ -215,7 +219,7 @@ func oneURL(raw string) string {
 				b.WriteByte('&')
 			}
 			k, _, hasV := strings.Cut(kv, "=")
-			if hasV {
+			if hasV && (web || SensitiveParam(k)) {
 				kv = k + "=" + Mask
 			}
 			b.WriteString(kv)

@@ -16,13 +16,14 @@ func TestURLs(t *testing.T) {
 		{"WebhookUserinfo", `Head "http://alice:pw@h:8080/": refused`, `Head "http://REDACTED@h:8080/": refused`},
 		{"WebhookTokenAsUser", `https://ghp_token@h/x`, `https://REDACTED@h/REDACTED`},
 		{"ShortPasswordInURL", "dial amqp://guest:a@rabbit:5672/vhost: refused", "dial amqp://guest:REDACTED@rabbit:5672/vhost: refused"},
-		{"KafkaHosts", "kafka://u:pw@k1:9092,k2:9092?sasl=plain failed", "kafka://u:REDACTED@k1:9092,k2:9092?sasl=REDACTED failed"},
+		{"KafkaHosts", "kafka://u:pw@k1:9092,k2:9092?sasl=plain&password=x failed", "kafka://u:REDACTED@k1:9092,k2:9092?sasl=plain&password=REDACTED failed"},
 		{"Fragment", "see https://h/#frag", "see https://h/#REDACTED"},
 		{"RootPathKept", "https://h/ and redis://h:6379/0", "https://h/ and redis://h:6379/0"},
 		{"SQLDSN", "open root:pw@tcp(127.0.0.1:3306)/test", "open root:REDACTED@tcp(127.0.0.1:3306)/test"},
 		{"Nothing", "connection refused", "connection refused"},
-		{"PostgresQuery", "postgres://app:s3cret@db:5432/orders?sslmode=disable", "postgres://app:REDACTED@db:5432/orders?sslmode=REDACTED"},
+		{"PostgresQuery", "postgres://app:s3cret@db:5432/orders?sslmode=disable", "postgres://app:REDACTED@db:5432/orders?sslmode=disable"},
 		{"NATS", "nats://user:pass@broker:4222", "nats://user:REDACTED@broker:4222"},
+		{"UserKept", "postgres://postgres@db/x and root@tcp(db:3306)/x", "postgres://postgres@db/x and root@tcp(db:3306)/x"},
 		{"SQLitePathKept", "sqlite:///tmp/x.db", "sqlite:///tmp/x.db"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -82,7 +82,9 @@ func sign(key []byte, id string, ts int64, body []byte) string {
 // secret (the same string given to [WithSecret]), and webhook-timestamp
 // must be within DefaultTolerance of now, which stops replays of old
 // requests. Pass the body exactly as read. It returns nil, or an error
-// matching ErrMissingHeaders, ErrTimestamp or ErrInvalidSignature.
+// matching ErrMissingHeaders, ErrTimestamp or ErrInvalidSignature, or (a
+// secret whose key is not base64 or has fewer than [MinKeyBytes] bytes) an
+// error of its own: a short key would accept forged signatures.
 func Verify(secret string, h http.Header, body []byte) error {
 	return VerifyAt(secret, h, body, time.Now(), DefaultTolerance)
 }
