@@ -75,7 +75,8 @@ var goSQLDSN = regexp.MustCompile(`^([^:@/]*):(.*)@([a-z0-9]*\(.*\))?/`)
 
 // Redacted returns a printable form: for a URL, the URL with its password and
 // any query parameter that looks like a credential (password, secret, token,
-// key, ...) replaced by REDACTED; for a go-sql-driver DSN, the DSN with its
+// key, ...) replaced by REDACTED (for an http:// or https:// webhook URL, its
+// whole user information, path, fragment and every query value); for a go-sql-driver DSN, the DSN with its
 // password replaced; for anything else (a signing secret), REDACTED. The
 // empty secret is "".
 func (s Secret) Redacted() string {
@@ -115,15 +116,24 @@ func redactOneURL(raw string, maskUser bool) string {
 		scheme, _, _ := strings.Cut(raw, "://")
 		return scheme + "://" + redacted
 	}
-	if maskUser && u.User != nil {
+	// A webhook URL may carry a token anywhere: as its user, in its path
+	// (https://hooks.slack.com/services/T0/B0/XXXX) or in any parameter.
+	web := u.Scheme == "http" || u.Scheme == "https"
+	if (maskUser || web) && u.User != nil {
 		u.User = url.User(redacted)
 	} else if _, has := u.User.Password(); has {
 		u.User = url.UserPassword(u.User.Username(), redacted)
 	}
+	if web && len(u.Path) > 1 {
+		u.Path, u.RawPath = "/"+redacted, ""
+	}
+	if web && u.Fragment != "" {
+		u.Fragment, u.RawFragment = redacted, ""
+	}
 	if u.RawQuery != "" {
 		q := u.Query()
 		for k := range q {
-			if redact.SensitiveParam(k) {
+			if web || redact.SensitiveParam(k) {
 				q[k] = []string{redacted}
 			}
 		}
