@@ -66,4 +66,6 @@ func TestRedactor(t *testing.T) {
 	plain := errors.New("nothing")
 	require.Same(t, plain, r.Error(plain))
 	require.NoError(t, r.Error(nil))
+	var none *Redactor
+	require.Equal(t, "amqp://u:REDACTED@h", none.String("amqp://u:pw@h"), "nil knows URLs only")
 }
