@@ -173,7 +173,7 @@ func SensitiveParam(name string) bool {
 var (
 	// urlInText is a URL inside text: a scheme, "://", and what follows up
 	// to a space, a quote or an angle bracket.
-	urlInText = regexp.MustCompile("(?i)\\b[a-z][a-z0-9+.-]*://[^\\s\"'<>`]+")
+	urlInText = regexp.MustCompile("(?i)[a-z][a-z0-9+.-]*://[^\\s\"'<>`]+")
 	// sqlDSN is a go-sql-driver DSN's credentials: user:password@net(.
 	sqlDSN = regexp.MustCompile(`([^\s:@/(]*):([^\s@]+)@([a-z0-9]*\()`)
 )

@@ -3,6 +3,7 @@ package redact
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -21,6 +22,7 @@ func TestURLs(t *testing.T) {
 		{"RootPathKept", "https://h/ and redis://h:6379/0", "https://h/ and redis://h:6379/0"},
 		{"SQLDSN", "open root:pw@tcp(127.0.0.1:3306)/test", "open root:REDACTED@tcp(127.0.0.1:3306)/test"},
 		{"Nothing", "connection refused", "connection refused"},
+		{"GluedToAWord", "url=_amqp://u:pw@h", "url=_amqp://u:REDACTED@h"},
 		{"PostgresQuery", "postgres://app:s3cret@db:5432/orders?sslmode=disable", "postgres://app:REDACTED@db:5432/orders?sslmode=disable"},
 		{"NATS", "nats://user:pass@broker:4222", "nats://user:REDACTED@broker:4222"},
 		{"UserKept", "postgres://postgres@db/x and root@tcp(db:3306)/x", "postgres://postgres@db/x and root@tcp(db:3306)/x"},
@@ -68,4 +70,22 @@ func TestRedactor(t *testing.T) {
 	require.NoError(t, r.Error(nil))
 	var none *Redactor
 	require.Equal(t, "amqp://u:REDACTED@h", none.String("amqp://u:pw@h"), "nil knows URLs only")
+}
+
+// Whatever the password and the text around it, a URL's password and a
+// webhook URL's query value never survive.
+func FuzzURLs(f *testing.F) {
+	f.Add("a", "tok", "dial ", ": refused")
+	f.Add("p%40ss", "x&y=1", `Post "`, `": EOF`)
+	f.Add("hunter2", "t", "(", ")")
+	f.Add("pw", "t", "x_", "")
+	f.Fuzz(func(t *testing.T, pw, token, before, after string) {
+		if pw == "" || token == "" || strings.ContainsAny(pw+token, "@/?#&=:\"'<>` \t\r\n\v\f\u0085\u00a0") {
+			t.Skip()
+		}
+		text := before + "amqp://u:" + pw + "@h:5672/ and https://h/x?k=" + token + after
+		out := URLs(text)
+		require.NotContains(t, out, "u:"+pw+"@")
+		require.NotContains(t, out, "k="+token)
+	})
 }
