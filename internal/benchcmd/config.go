@@ -3,6 +3,7 @@ package benchcmd
 import (
 	"errors"
 	"fmt"
+	"github.com/outboxkit/outbox/internal/redact"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -216,7 +217,7 @@ func dbKind(raw string) (string, error) {
 	case strings.HasPrefix(raw, "mysql://"), strings.Contains(raw, "@tcp("):
 		return "mysql", nil
 	}
-	return "", fmt.Errorf("%s: want postgres://, mysql://, or sqlite://PATH", redact(raw))
+	return "", fmt.Errorf("%s: want postgres://, mysql://, or sqlite://PATH", redact.URLs(raw))
 }
 
 // Validate returns an error naming every invalid field of cfg (zero fields

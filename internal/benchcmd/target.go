@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/embeddednats"
+	"github.com/outboxkit/outbox/internal/redact"
 	"github.com/outboxkit/outbox/publisher/natspub"
 	"github.com/outboxkit/outbox/store/mysqlstore"
 	"github.com/outboxkit/outbox/store/pgstore"
@@ -126,16 +126,16 @@ func openDatabase(ctx context.Context, cfg Config, dir, table string) (_ *databa
 func (d *database) openPostgres(ctx context.Context, cfg Config, raw string, conns int) error {
 	pcfg, err := pgxpool.ParseConfig(raw)
 	if err != nil {
-		return fmt.Errorf("db %s: %w", redact(raw), err)
+		return fmt.Errorf("db %s: %w", redact.URLs(raw), err)
 	}
 	pcfg.MaxConns = int32(conns)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return fmt.Errorf("db %s: %w", redact(raw), err)
+		return fmt.Errorf("db %s: %w", redact.URLs(raw), err)
 	}
 	d.closers = append(d.closers, pool.Close)
 	if err := pool.Ping(ctx); err != nil {
-		return fmt.Errorf("db %s: %w", redact(raw), err)
+		return fmt.Errorf("db %s: %w", redact.URLs(raw), err)
 	}
 	opts := []pgstore.Option{pgstore.WithTable(d.table), pgstore.WithNotify(!cfg.NoNotify),
 		pgstore.WithNotifyInterval(max(cfg.NotifyInterval, 0)),
@@ -149,7 +149,7 @@ func (d *database) openPostgres(ctx context.Context, cfg Config, raw string, con
 	// keeps where its next claim starts.
 	d.relayStore = func() (outbox.Store, error) { return pgstore.New(pool, opts...) }
 	w := outbox.NewWriter(st)
-	d.desc = "PostgreSQL at " + redact(raw)
+	d.desc = "PostgreSQL at " + redact.URLs(raw)
 	d.store, d.pool = st, pool
 	d.sqlDB = stdlib.OpenDBFromPool(pool)
 	d.closers = append(d.closers, func() { d.sqlDB.Close() })
@@ -163,7 +163,7 @@ func (d *database) openPostgres(ctx context.Context, cfg Config, raw string, con
 func (d *database) openMySQL(raw string, conns int) error {
 	db, err := mysqlstore.Open(raw)
 	if err != nil {
-		return fmt.Errorf("db %s: %w", redact(raw), err)
+		return fmt.Errorf("db %s: %w", redact.URLs(raw), err)
 	}
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
@@ -172,7 +172,7 @@ func (d *database) openMySQL(raw string, conns int) error {
 	if err != nil {
 		return err
 	}
-	d.desc = "MySQL at " + redact(raw)
+	d.desc = "MySQL at " + redact.URLs(raw)
 	d.useSQL(db, st, outbox.NewWriter[*sql.Tx](st))
 	d.bind, d.payloadText, d.analyze = "?", "CAST(payload AS CHAR)", "ANALYZE TABLE "+d.table
 	return nil
@@ -242,17 +242,17 @@ func openBroker(ctx context.Context, raw, dir, name string, maxPending int) (_ *
 		raw = b.srv.ClientURL()
 		b.desc = "embedded NATS JetStream " + server.VERSION
 	} else {
-		b.desc = "NATS JetStream at " + redact(raw)
+		b.desc = "NATS JetStream at " + redact.URLs(raw)
 	}
 	b.nc, err = nats.Connect(raw, nats.Name("outbox bench"), nats.Timeout(5*time.Second), nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, fmt.Errorf("broker %s: %w", redact(raw), err)
+		return nil, fmt.Errorf("broker %s: %w", redact.URLs(raw), err)
 	}
 	if b.js, err = jetstream.New(b.nc, jetstream.WithPublishAsyncMaxPending(maxPending)); err != nil {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
 	if err := natspub.EnsureStream(ctx, b.js, b.stream, []string{b.subject + ">"}, 0); err != nil {
-		return nil, fmt.Errorf("broker %s: %w", redact(raw), err)
+		return nil, fmt.Errorf("broker %s: %w", redact.URLs(raw), err)
 	}
 	return b, nil
 }
@@ -301,20 +301,4 @@ func (b *broker) close() {
 		b.srv.Shutdown()
 		b.srv.WaitForShutdown()
 	}
-}
-
-// redact returns raw without its password or query, for reports and errors.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		if at := strings.LastIndex(raw, "@"); at >= 0 { // a go-sql-driver DSN: user:pass@tcp(host)/db
-			return "…@" + raw[at+1:]
-		}
-		return raw
-	}
-	if u.User != nil {
-		u.User = url.User(u.User.Username())
-	}
-	u.RawQuery = ""
-	return u.String()
 }

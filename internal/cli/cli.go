@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	ucli "github.com/urfave/cli/v3"
+
+	"github.com/outboxkit/outbox/internal/redact"
 )
 
 // Exit codes of [Main].
@@ -65,7 +67,9 @@ func usage(err error) error {
 }
 
 // oneLine joins a multi-line error (errors.Join, a driver's details) into
-// one line and drops a repeated "outbox: " prefix.
+// one line and drops a repeated "outbox: " prefix. The secret parts of any
+// URL or DSN in it (passwords, query values, an http path) are removed,
+// whatever command or driver put it there.
 func oneLine(err error) string {
 	var b strings.Builder
 	for line := range strings.SplitSeq(err.Error(), "\n") {
@@ -81,7 +85,7 @@ func oneLine(err error) string {
 		}
 		b.WriteString(line)
 	}
-	return strings.TrimPrefix(b.String(), "outbox: ")
+	return redact.URLs(strings.TrimPrefix(b.String(), "outbox: "))
 }
 
 // extraCommands are commands that other files of this package add from an

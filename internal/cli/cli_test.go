@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -462,4 +463,16 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Whatever command or driver wrote an error, the line printed hides the
+// secret parts of the URLs and DSNs in it.
+func TestOneLineHidesURLSecrets(t *testing.T) {
+	t.Parallel()
+	err := fmt.Errorf("outbox: open: %w", errors.Join(
+		errors.New("dial amqp://relay:pw@rabbit:5672/ failed:"),
+		errors.New(`Post "https://h/hooks/T0SECRET?api_key=tok123": EOF`),
+		errors.New("root:hunter2@tcp(db:3306)/shop refused")))
+	require.Equal(t, `open: dial amqp://relay:REDACTED@rabbit:5672/ failed: `+
+		`Post "https://h/REDACTED?api_key=REDACTED": EOF; root:REDACTED@tcp(db:3306)/shop refused`, oneLine(err))
 }

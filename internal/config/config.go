@@ -241,7 +241,9 @@ type Broker struct {
 	Name string `yaml:"name"`
 	// URL says which broker: nats://, kafka://, amqp://, amqps://, redis://,
 	// rediss://, http://, https://, mqtt:// or mqtts://. Required. A webhook
-	// URL may hold {destination}, replaced by each message's destination.
+	// URL may hold {destination} in its path (not its host or query),
+	// replaced by each message's destination; a destination that is empty,
+	// "." or "..", or holds a slash, kills its message.
 	URL Secret `yaml:"url"`
 	// Prefix is put before each message's destination to make the NATS
 	// subject, Kafka topic, AMQP routing key, Redis stream key or MQTT
@@ -271,7 +273,9 @@ type Broker struct {
 	// more than lease plus backoff cap. Default: 0, off.
 	DedupTTL time.Duration `yaml:"dedup_ttl"`
 
-	// Secret signs webhook requests (http:// and https:// only). Optional.
+	// Secret signs webhook requests (http:// and https:// only): "whsec_"
+	// and the base64 of the key, or the key itself; the key must have 16
+	// bytes or more. Optional.
 	Secret Secret `yaml:"secret"`
 	// Concurrency bounds the requests in flight of a webhook broker
 	// (http:// and https:// only); 0 means the publisher's default.
@@ -282,6 +286,13 @@ type Broker struct {
 	// Headers are added to every webhook request, e.g. an API key (http://
 	// and https:// only). Their values are secrets. Default: none.
 	Headers map[string]Secret `yaml:"headers"`
+	// PermanentStatus lists the HTTP status codes (300 to 599) that make a
+	// webhook message dead at once; any other refusal is retried with
+	// backoff up to max_attempts (http:// and https:// only). An empty list
+	// retries every refusal. Redirects are never followed, so a 3xx is
+	// retried unless listed. Default: every 4xx but 401, 403, 404, 408 and
+	// 429 (a rotated key or a route not deployed yet is retried).
+	PermanentStatus []int `yaml:"permanent_status"`
 }
 
 // Route sends matching messages to a broker.

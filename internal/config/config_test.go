@@ -318,6 +318,25 @@ func TestValidateCases(t *testing.T) {
 			c.Broker = Secret{}
 			c.Brokers = []Broker{{Name: "a", URL: NewSecret("https://h/x"), Headers: map[string]Secret{"X Y": {}}}}
 		}, `brokers[0].headers: "X Y" is not a header name`},
+		{"WebhookPlaceholderInHost", func(c *Config) { c.Broker = NewSecret("https://{destination}.h/x?token=s3cret-tok") },
+			"broker.url: endpoint: {destination} may stand in the path only, not in the host"},
+		{"WebhookPlaceholderInPath", func(c *Config) { c.Broker = NewSecret("https://h/in/{destination}?token=s3cret-tok") }, ""},
+		{"WebhookEmptyKey", func(c *Config) {
+			c.Broker = Secret{}
+			c.Brokers = []Broker{{Name: "a", URL: NewSecret("https://h/x"), Secret: NewSecret("whsec_")}}
+		}, "brokers[0].secret: the key has 0 bytes, fewer than 16"},
+		{"WebhookShortRawKey", func(c *Config) {
+			c.Broker = Secret{}
+			c.Brokers = []Broker{{Name: "a", URL: NewSecret("https://h/x"), Secret: NewSecret("s3cret-tok")}}
+		}, "brokers[0].secret: the key has 10 bytes, fewer than 16"},
+		{"WebhookPermanentStatus", func(c *Config) {
+			c.Broker = Secret{}
+			c.Brokers = []Broker{{Name: "a", URL: NewSecret("https://h/x"), PermanentStatus: []int{400, 200, 600}}}
+		}, "brokers[0].permanent_status: 200 is not a status code from 300 to 599\nbrokers[0].permanent_status: 600 is not a status code from 300 to 599"},
+		{"PermanentStatusOnNATS", func(c *Config) {
+			c.Broker = Secret{}
+			c.Brokers = []Broker{{Name: "a", URL: NewSecret("nats://h"), PermanentStatus: []int{}}}
+		}, "brokers[0].permanent_status: applies to http://, https:// only, not nats://"},
 		{"RouteMatchesNothing", func(c *Config) { c.Routes = []Route{{Broker: "default"}} },
 			"routes[0]: needs event_type or aggregate_type"},
 		{"DefaultRouteWithMatcher", func(c *Config) { c.DefaultRoute = &Route{Broker: "default", EventType: "X"} },
@@ -378,6 +397,7 @@ func TestValidateCases(t *testing.T) {
 				return
 			}
 			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), "s3cret-tok", "no problem shows a secret")
 		})
 	}
 }
@@ -548,7 +568,10 @@ func TestSecretRedacts(t *testing.T) {
 		{"postgres://outbox:hunter2@db:5432/shop?sslmode=disable", "postgres://outbox:REDACTED@db:5432/shop?sslmode=disable"},
 		{"postgres://db:5432/shop?password=hunter2&sslmode=require", "postgres://db:5432/shop?password=REDACTED&sslmode=require"},
 		{"amqp://guest:hunter2@rabbit:5672/", "amqp://guest:REDACTED@rabbit:5672/"},
-		{"https://h/hook?token=hunter2", "https://h/hook?token=REDACTED"},
+		{"https://h/hook?token=hunter2", "https://h/REDACTED?token=REDACTED"},
+		{"https://hooks.example.com/services/T0/B0/XXXX?code=az1#f", "https://hooks.example.com/REDACTED?code=REDACTED#REDACTED"},
+		{"http://tok3n@h/{destination}", "http://REDACTED@h/REDACTED"},
+		{"https://h/", "https://h/"},
 		{"sqlite:///var/lib/outbox.db", "sqlite:///var/lib/outbox.db"},
 		{"nats://a:4222,nats://b:4222", "nats://a:4222,nats://b:4222"},
 		{"nats://u:hunter2@a:4222,nats://u:hunter2@b:4222", "nats://u:REDACTED@a:4222,nats://u:REDACTED@b:4222"},
@@ -625,4 +648,26 @@ func TestDocExample(t *testing.T) {
 	require.NoError(t, c.Validate())
 	require.Len(t, c.Brokers, 2)
 	require.Equal(t, "shop-relay", c.Name)
+}
+
+// permanent_status: an absent key keeps the publisher's default (nil), an
+// empty list means no status is permanent.
+func TestPermanentStatusYAML(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, line string
+		want       []int
+	}{
+		{"Absent", "", nil},
+		{"Empty", "    permanent_status: []\n", []int{}},
+		{"Listed", "    permanent_status: [400, 422]\n", []int{400, 422}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := Parse([]byte("db: sqlite://x.db\nbrokers:\n  - name: w\n    url: https://h/x\n" + tc.line))
+			require.NoError(t, err)
+			require.NoError(t, c.Validate())
+			require.Equal(t, tc.want, c.Brokers[0].PermanentStatus)
+		})
+	}
 }

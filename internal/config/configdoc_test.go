@@ -62,8 +62,9 @@ brokers:
     exchange: payments
   - name: partners                 # signed webhook POSTs, 20 messages a request
     url: https://partner.example.com/hooks/{destination}
-    secret: whsec_change_me
+    secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw  # base64 of a key of 16 bytes or more
     batch: 20
+    permanent_status: [400, 410, 422]  # dead at once; any other refusal is retried
 
 routes:                            # the first match wins
   - event_type: "PARTNER_*"

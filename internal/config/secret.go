@@ -8,10 +8,12 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/outboxkit/outbox/internal/redact"
 )
 
 // redacted replaces a secret, or the secret part of a DSN, when printed.
-const redacted = "REDACTED"
+const redacted = redact.Mask
 
 // Secret holds a value that must not be printed or logged as is: a database
 // DSN or broker URL that may carry a password, or a webhook signing secret.
@@ -71,20 +73,10 @@ var validScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
 // goSQLDSN matches a go-sql-driver DSN with a password: user:password@net(addr)/db.
 var goSQLDSN = regexp.MustCompile(`^([^:@/]*):(.*)@([a-z0-9]*\(.*\))?/`)
 
-// sensitiveParam says whether a query parameter of a URL may hold a secret.
-func sensitiveParam(name string) bool {
-	n := strings.ToLower(name)
-	for _, w := range []string{"pass", "secret", "token", "key", "auth", "cred", "sig"} {
-		if strings.Contains(n, w) {
-			return true
-		}
-	}
-	return false
-}
-
 // Redacted returns a printable form: for a URL, the URL with its password and
 // any query parameter that looks like a credential (password, secret, token,
-// key, ...) replaced by REDACTED; for a go-sql-driver DSN, the DSN with its
+// key, ...) replaced by REDACTED (for an http:// or https:// webhook URL, its
+// whole user information, path, fragment and every query value); for a go-sql-driver DSN, the DSN with its
 // password replaced; for anything else (a signing secret), REDACTED. The
 // empty secret is "".
 func (s Secret) Redacted() string {
@@ -124,15 +116,24 @@ func redactOneURL(raw string, maskUser bool) string {
 		scheme, _, _ := strings.Cut(raw, "://")
 		return scheme + "://" + redacted
 	}
-	if maskUser && u.User != nil {
+	// A webhook URL may carry a token anywhere: as its user, in its path
+	// (https://hooks.slack.com/services/T0/B0/XXXX) or in any parameter.
+	web := u.Scheme == "http" || u.Scheme == "https"
+	if (maskUser || web) && u.User != nil {
 		u.User = url.User(redacted)
 	} else if _, has := u.User.Password(); has {
 		u.User = url.UserPassword(u.User.Username(), redacted)
 	}
+	if web && len(u.Path) > 1 {
+		u.Path, u.RawPath = "/"+redacted, ""
+	}
+	if web && u.Fragment != "" {
+		u.Fragment, u.RawFragment = redacted, ""
+	}
 	if u.RawQuery != "" {
 		q := u.Query()
 		for k := range q {
-			if sensitiveParam(k) {
+			if web || redact.SensitiveParam(k) {
 				q[k] = []string{redacted}
 			}
 		}

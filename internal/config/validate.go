@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/publisher/webhookpub"
 )
 
 // DBSchemes are the URL schemes of the databases the daemon opens.
@@ -222,6 +223,7 @@ func validateBroker(p *problems, key string, b *Broker) {
 	only(b.Concurrency != 0, "concurrency", "http", "https")
 	only(b.Batch != 0, "batch", "http", "https")
 	only(len(b.Headers) > 0, "headers", "http", "https")
+	only(b.PermanentStatus != nil, "permanent_status", "http", "https")
 
 	if scheme == "nats" {
 		if b.Stream != "" && !streamName.MatchString(b.Stream) {
@@ -254,6 +256,22 @@ func validateBroker(p *problems, key string, b *Broker) {
 	for name := range b.Headers {
 		if name == "" || strings.ContainsAny(name, " \t\r\n:") {
 			p.add(key+".headers", "%q is not a header name", name)
+		}
+	}
+	for _, code := range b.PermanentStatus {
+		if code < 300 || code > 599 {
+			p.add(key+".permanent_status", "%d is not a status code from 300 to 599", code)
+		}
+	}
+	if scheme == "http" || scheme == "https" {
+		// Their errors never show the URL or the secret.
+		if err := webhookpub.CheckEndpoint(b.URL.Value()); err != nil {
+			p.add(key+".url", "%v", err)
+		}
+		if !b.Secret.IsZero() {
+			if err := webhookpub.CheckSecret(b.Secret.Value()); err != nil {
+				p.add(key+".secret", "%s", strings.TrimPrefix(err.Error(), "webhookpub: secret: "))
+			}
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/config"
+	"github.com/outboxkit/outbox/internal/redact"
 	"github.com/outboxkit/outbox/publisher/amqppub"
 	"github.com/outboxkit/outbox/publisher/kafkapub"
 	"github.com/outboxkit/outbox/publisher/mqttpub"
@@ -27,6 +27,7 @@ import (
 type brokerParams struct {
 	publishTimeout time.Duration
 	log            *slog.Logger
+	red            *redact.Redactor // what every publish and ping error is cleaned of
 }
 
 // openBroker is an open destination: its publisher and what closes it.
@@ -76,15 +77,16 @@ func openBrokers(ctx context.Context, brokers []config.Broker, p brokerParams) (
 		pub, closeFn, err := open(ctx, b, brokerParams{publishTimeout: p.publishTimeout,
 			log: p.log.With("broker", b.Name)})
 		if err != nil {
-			return fail(scrub(fmt.Errorf("broker %s: %w", b.Name, err), b.URL, b.Secret))
+			return fail(scrub(fmt.Errorf("broker %s: %w", b.Name, err), brokerSecrets(b)...))
 		}
+		pub = redactErrors(pub, p.red)
 		opened = append(opened, openBroker{name: b.Name, scheme: scheme, pub: pub, close: closeFn})
 		if pinger, ok := pub.(outbox.Pinger); ok {
 			pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 			err := pinger.Ping(pctx)
 			cancel()
 			if err != nil {
-				return fail(scrub(fmt.Errorf("broker %s: %w", b.Name, err), b.URL, b.Secret))
+				return fail(scrub(fmt.Errorf("broker %s: %w", b.Name, err), brokerSecrets(b)...))
 			}
 		}
 	}
@@ -202,6 +204,9 @@ func openWebhook(_ context.Context, b *config.Broker, _ brokerParams) (outbox.Pu
 	if b.Batch > 0 {
 		opts = append(opts, webhookpub.WithBatch(b.Batch))
 	}
+	if b.PermanentStatus != nil {
+		opts = append(opts, webhookpub.WithPermanentStatus(b.PermanentStatus...))
+	}
 	for _, name := range slices.Sorted(maps.Keys(b.Headers)) {
 		opts = append(opts, webhookpub.WithHeader(name, b.Headers[name].Value()))
 	}
@@ -236,62 +241,4 @@ func schemes[V any](registry map[string]V) string {
 		keys[i] = k + "://"
 	}
 	return strings.Join(keys, ", ")
-}
-
-// scrubbed is an error whose message had secrets replaced; it still unwraps
-// to the original so errors.Is and errors.As work.
-type scrubbed struct {
-	msg string
-	err error
-}
-
-func (e *scrubbed) Error() string { return e.msg }
-func (e *scrubbed) Unwrap() error { return e.err }
-
-// scrub replaces, in err's message, every secret's clear value and the
-// password of every secret URL with REDACTED. Drivers are careful with
-// passwords; this makes sure.
-func scrub(err error, secrets ...config.Secret) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	for _, s := range secrets {
-		if s.IsZero() {
-			continue
-		}
-		for _, v := range secretParts(s.Value()) {
-			if len(v) >= 3 { // shorter would garble the message and hides nothing
-				msg = strings.ReplaceAll(msg, v, "REDACTED")
-			}
-		}
-	}
-	if msg == err.Error() {
-		return err
-	}
-	return &scrubbed{msg: msg, err: err}
-}
-
-// secretParts returns what must not be shown of a secret: the whole value,
-// and for URLs every password (and its %-decoded form), longest first.
-func secretParts(v string) []string {
-	parts := []string{v}
-	for piece := range strings.SplitSeq(v, ",") {
-		_, rest, ok := strings.Cut(piece, "://")
-		if !ok {
-			continue
-		}
-		at := strings.LastIndex(rest, "@")
-		if at < 0 {
-			continue
-		}
-		if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
-			parts = append(parts, pw)
-			if dec, err := url.PathUnescape(pw); err == nil && dec != pw {
-				parts = append(parts, dec)
-			}
-		}
-	}
-	slices.SortFunc(parts, func(a, b string) int { return len(b) - len(a) })
-	return parts
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,6 +236,53 @@ func TestRunWebhook(t *testing.T) {
 		}
 	}
 	require.NoError(t, stop())
+}
+
+// A webhook broker's permanent_status decides whether a refusal kills the
+// message at once: 401 is retried by default, and dead when listed.
+func TestRunWebhookPermanentStatus(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		permanent []int
+		wantDead  bool
+	}{
+		{"DefaultRetries401", nil, false},
+		{"Listed401IsDead", []int{401}, true},
+		{"EmptyListRetriesAll", []int{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var posts atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost {
+					posts.Add(1)
+					w.WriteHeader(http.StatusUnauthorized)
+				}
+			}))
+			t.Cleanup(srv.Close)
+			dsn, db, store := sqliteDB(t)
+			cfg := baseConfig(dsn, config.Broker{Name: "partner", URL: config.NewSecret(srv.URL + "/hooks"),
+				PermanentStatus: tc.permanent})
+			cfg.BackoffBase, cfg.BackoffCap = 10*time.Millisecond, 20*time.Millisecond
+			d, err := New(cfg, nil)
+			require.NoError(t, err)
+			writeSQLite(t, db, store, "PARTNER_SIGNED", 1)
+			stop := running(t, d)
+			var status, retries int
+			testsvc.Eventually(t, 20*time.Second, func() bool {
+				err := db.QueryRow("SELECT status, retry_count FROM outbox_message").Scan(&status, &retries)
+				return err == nil && (status == 2 || retries >= 3)
+			}, "the row is dead or retried")
+			require.NoError(t, stop())
+			if tc.wantDead {
+				require.Equal(t, 2, status)
+				require.EqualValues(t, 1, posts.Load(), "dead at the first refusal")
+			} else {
+				require.Equal(t, 0, status, "still pending, retried")
+			}
+		})
+	}
 }
 
 func TestRunMQTT(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/config"
+	"github.com/outboxkit/outbox/internal/redact"
 	"github.com/outboxkit/outbox/metrics"
 	"github.com/outboxkit/outbox/tracing"
 )
@@ -31,6 +32,7 @@ var ErrRunTwice = errors.New("daemon: Run called twice")
 // methods are safe for concurrent use.
 type Daemon struct {
 	cfg     *config.Config
+	red     *redact.Redactor // the config's secrets
 	log     *slog.Logger
 	opts    options
 	ran     atomic.Bool
@@ -85,7 +87,8 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Daemon, erro
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Daemon{cfg: cfg, log: logger, ready: make(chan struct{})}
+	red := redactorOf(configSecrets(cfg)...)
+	d := &Daemon{cfg: cfg, red: red, log: redactLogs(logger, red), ready: make(chan struct{})}
 	for _, o := range opts {
 		o(&d.opts)
 	}
@@ -121,11 +124,18 @@ func (d *Daemon) HTTPURL() string {
 // archive_every (on by default, off with delete_sent), old sent rows are
 // archived on a schedule beside the relays; an archive error is logged,
 // counted and retried at the next period, and never stops Run.
+//
+// No error Run returns or logs holds a secret of the config: see redact.go.
 func (d *Daemon) Run(ctx context.Context) error {
 	if !d.ran.CompareAndSwap(false, true) {
 		return ErrRunTwice
 	}
+	return d.scrubAll(d.run(ctx)) // the caller reports it
+}
+
+func (d *Daemon) run(ctx context.Context) error {
 	cfg := d.cfg
+	d.warnPlaintextCredentials()
 	tp, shutdownTraces, err := tracing.Setup(ctx, tracing.Config{Exporter: cfg.TraceExporter,
 		Endpoint: cfg.TraceEndpoint, ServiceName: "outbox-relay", Stdout: d.opts.stdout})
 	if err != nil {
@@ -146,7 +156,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	defer db.Close()
 
-	brokers, err := openBrokers(ctx, cfg.EffectiveBrokers(), brokerParams{publishTimeout: cfg.PublishTimeout, log: d.log})
+	brokers, err := openBrokers(ctx, cfg.EffectiveBrokers(), brokerParams{publishTimeout: cfg.PublishTimeout, log: d.log, red: d.red})
 	if err != nil {
 		return err
 	}
@@ -235,7 +245,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	close(d.ready)
 	if err := g.Wait(); err != nil {
-		return d.scrubAll(err) // the caller reports it
+		return err
 	}
 	d.log.Info("daemon stopped")
 	return nil
@@ -323,10 +333,4 @@ func (d *Daemon) warnShortDuplicateWindow() {
 }
 
 // scrubAll hides every secret of the config in err's message.
-func (d *Daemon) scrubAll(err error) error {
-	secrets := []config.Secret{d.cfg.DB, d.cfg.Broker}
-	for _, b := range d.cfg.Brokers {
-		secrets = append(secrets, b.URL, b.Secret)
-	}
-	return scrub(err, secrets...)
-}
+func (d *Daemon) scrubAll(err error) error { return d.red.Error(err) }

@@ -116,7 +116,7 @@ func TestScrub(t *testing.T) {
 	base := errors.New("dial postgres://u:hunter2@h/db failed; password hunter2 and p@ss%2Cword p@ss,word")
 	err := scrub(fmt.Errorf("open: %w", base),
 		config.NewSecret("postgres://u:hunter2@h/db"), config.NewSecret("nats://x:p%40ss%2Cword@n:4222"))
-	require.EqualError(t, err, "open: dial REDACTED failed; password REDACTED and p@ss%2Cword REDACTED")
+	require.EqualError(t, err, "open: dial postgres://u:REDACTED@h/db failed; password REDACTED and p@ss%2Cword REDACTED")
 	require.ErrorIs(t, err, base, "still wraps the original")
 	require.Nil(t, scrub(nil))
 	plain := errors.New("nothing secret")

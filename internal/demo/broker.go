@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxkit/outbox/internal/embeddednats"
 	"github.com/outboxkit/outbox/internal/faultproxy"
+	"github.com/outboxkit/outbox/internal/redact"
 )
 
 // broker is the NATS side of a run: the server (embedded or given), a direct
@@ -47,7 +48,7 @@ func startBroker(raw, dir string, log *slog.Logger) (_ *broker, err error) {
 		raw = b.srv.ClientURL()
 		b.desc = "embedded NATS JetStream " + server.VERSION
 	} else {
-		b.desc = "NATS JetStream at " + redact(raw)
+		b.desc = "NATS JetStream at " + redact.URLs(raw)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -56,7 +57,7 @@ func startBroker(raw, dir string, log *slog.Logger) (_ *broker, err error) {
 	b.direct, err = nats.Connect(raw, nats.Name("outbox-demo shipping"), nats.Timeout(5*time.Second),
 		nats.ErrorHandler(b.asyncError))
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", redact(raw), err)
+		return nil, fmt.Errorf("connect to %s: %w", redact.URLs(raw), err)
 	}
 	if b.js, err = jetstream.New(b.direct); err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
@@ -64,7 +65,7 @@ func startBroker(raw, dir string, log *slog.Logger) (_ *broker, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := b.js.AccountInfo(ctx); err != nil {
-		return nil, fmt.Errorf("%s: JetStream not available: %w", redact(raw), err)
+		return nil, fmt.Errorf("%s: JetStream not available: %w", redact.URLs(raw), err)
 	}
 	if b.proxy, err = faultproxy.Start(u.Host); err != nil {
 		return nil, fmt.Errorf("fault proxy: %w", err)

@@ -3,6 +3,7 @@ package demo
 import (
 	"errors"
 	"fmt"
+	"github.com/outboxkit/outbox/internal/redact"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -126,7 +127,7 @@ func (cfg Config) validate() error {
 	}
 	if cfg.Broker != "" {
 		if u, err := url.Parse(cfg.Broker); err != nil || u.Scheme != "nats" || u.Host == "" {
-			errs = append(errs, fmt.Errorf("broker: want nats://host:port or nothing (embedded), got %q", redact(cfg.Broker)))
+			errs = append(errs, fmt.Errorf("broker: want nats://host:port or nothing (embedded), got %q", redact.URLs(cfg.Broker)))
 		}
 	}
 	return errors.Join(errs...)
@@ -140,14 +141,5 @@ func dbKind(dsn string) (dialect, error) {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		return postgresDialect, nil
 	}
-	return 0, fmt.Errorf("db: want postgres://... or nothing (embedded SQLite), got %q", redact(dsn))
-}
-
-// redact hides the password of a URL, for error messages and the summary.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
+	return 0, fmt.Errorf("db: want postgres://... or nothing (embedded SQLite), got %q", redact.URLs(dsn))
 }

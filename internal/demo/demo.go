@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/outboxkit/outbox/internal/redact"
 )
 
 // Broker states shown in the progress line.
@@ -380,7 +381,7 @@ func (r *runner) result(ctx context.Context, p *path, declined int) (PathResult,
 // dbDesc describes the database for the intro and the summary.
 func (r *runner) dbDesc() string {
 	if r.d == postgresDialect {
-		return "PostgreSQL at " + redact(r.cfg.DB)
+		return "PostgreSQL at " + redact.URLs(r.cfg.DB)
 	}
 	return "SQLite in a temporary folder"
 }

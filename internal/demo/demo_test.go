@@ -223,7 +223,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		{"NegativeOrders", Config{Orders: -1}, []string{"orders: -1"}},
 		{"TooManyOrders", Config{Orders: maxOrders + 1}, []string{"orders: 1000001"}},
 		{"MySQL", Config{DB: "mysql://root@localhost/test"}, []string{"db: want postgres://"}},
-		{"PasswordHidden", Config{DB: "mysql://u:secret@h/db"}, []string{"u:xxxxx@h"}},
+		{"PasswordHidden", Config{DB: "mysql://u:secret@h/db"}, []string{"u:REDACTED@h"}},
 		{"BrokerScheme", Config{Broker: "kafka://localhost:9092"}, []string{"broker: want nats://"}},
 		{"Negatives", Config{PayTime: -time.Second, OutageAt: -1, OutageFor: -1, DrainTimeout: -1},
 			[]string{"pay time", "outage start", "outage length", "drain timeout"}},

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/inbox"
+	"github.com/outboxkit/outbox/internal/redact"
 	"github.com/outboxkit/outbox/publisher/natspub"
 	"github.com/outboxkit/outbox/store/pgstore"
 	"github.com/outboxkit/outbox/store/sqlitestore"
@@ -160,11 +161,11 @@ func (r *runner) openPool(ctx context.Context, conns int32) (*pgxpool.Pool, erro
 	pcfg.MaxConns = conns
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("db %s: %w", redact(r.cfg.DB), err)
+		return nil, fmt.Errorf("db %s: %w", redact.URLs(r.cfg.DB), err)
 	}
 	r.pools = append(r.pools, pool)
 	if err := pool.Ping(ctx); err != nil {
-		return nil, fmt.Errorf("db %s: %w", redact(r.cfg.DB), err)
+		return nil, fmt.Errorf("db %s: %w", redact.URLs(r.cfg.DB), err)
 	}
 	return pool, nil
 }

@@ -402,9 +402,16 @@ func TestCloseAndValidation(t *testing.T) {
 	require.ErrorContains(t, err, "WithMaxChannels")
 	require.ErrorContains(t, err, "WithReconnectBackoff")
 
-	_, err = amqppub.DialURL("amqp://guest:s3cret@host:notaport/", amqp.Config{})
-	require.Error(t, err)
-	require.NotContains(t, err.Error(), "s3cret")
+	for _, tc := range []struct{ url, secret string }{
+		{"amqp://guest:s3cret@host:notaport/", ":s3cret@"},
+		// A one-letter password is taken out of the URL by its place, not
+		// replaced wherever the letter stands ("invalid" stays readable).
+		{"amqp://guest:a@host:notaport/", ":a@"},
+	} {
+		_, err = amqppub.DialURL(tc.url, amqp.Config{})
+		require.ErrorContains(t, err, "invalid port")
+		require.NotContains(t, err.Error(), tc.secret)
+	}
 
 	// Long routing keys and big bodies are refused before the broker.
 	q := newPublisher(t, testsvc.AMQPURL(t), amqppub.WithMaxMessageSize(10), amqppub.WithRoutingKeyPrefix(strings.Repeat("k", 250)))

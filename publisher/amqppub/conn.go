@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outboxkit/outbox/internal/redact"
 )
 
 // DialFunc opens a new connection to RabbitMQ. It must return by the time ctx
@@ -32,7 +33,11 @@ const DefaultHeartbeat = 10 * time.Second
 func DialURL(rawURL string, cfg amqp.Config) (DialFunc, error) {
 	uri, err := amqp.ParseURI(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("amqppub: parse URL: %s", redact(err.Error(), rawURL))
+		// The parser quotes the URL: keep its user information out, by its
+		// structure, whatever the password's length.
+		var red redact.Redactor
+		red.AddURL(rawURL, false)
+		return nil, fmt.Errorf("amqppub: parse URL: %s", red.String(err.Error()))
 	}
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = DefaultHeartbeat
@@ -68,27 +73,6 @@ func DialURL(rawURL string, cfg amqp.Config) (DialFunc, error) {
 		}
 		return conn, nil
 	}, nil
-}
-
-// redact removes the URL's user information (user and password) from msg.
-func redact(msg, rawURL string) string {
-	_, rest, ok := strings.Cut(rawURL, "://")
-	if !ok {
-		return msg
-	}
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		rest = rest[:i]
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return msg
-	}
-	userinfo := rest[:at]
-	msg = strings.ReplaceAll(msg, userinfo, "REDACTED")
-	if _, pass, ok := strings.Cut(userinfo, ":"); ok && pass != "" {
-		msg = strings.ReplaceAll(msg, pass, "REDACTED")
-	}
-	return msg
 }
 
 // connState is the reconnect loop's view of the connection, replaced as a

@@ -34,12 +34,26 @@
 //
 // # Results
 //
-// A 2xx answer confirms the message. 408, 429 and 5xx are plain errors that
-// the relay retries with its own backoff (Retry-After is not used). Any other
-// answer, redirects included, is [outbox.Permanent], with the status and the
-// first bytes of the body in a [StatusError]. An endpoint that cannot be
-// reached (connection refused or reset, DNS, TLS) is [outbox.Unavailable];
-// no answer before the context ends is a plain error wrapping ctx.Err().
+// A 2xx answer confirms the message. The status codes of
+// [WithPermanentStatus] (by default [DefaultPermanentStatus]: every 4xx but
+// 401, 403, 404, 408 and 429) are [outbox.Permanent], with the status and
+// the first bytes of the body in a [StatusError]; any other answer (401 after
+// a key rotation, 404 during a deploy, 5xx, and 3xx: redirects are not
+// followed) is a plain error that the relay retries with its own backoff
+// (Retry-After is not used). An endpoint that cannot be reached (connection
+// refused or reset, DNS, TLS) is [outbox.Unavailable]; no answer before the
+// context ends is a plain error wrapping ctx.Err(). A destination that would
+// not stay one path segment (empty, ".", "..", a slash) is permanent for
+// that message alone.
+//
+// # Secrets
+//
+// The endpoint URL (its user information, path and query), the header
+// values of [WithHeader] and the signing secret are secrets: no error of
+// the package holds them. A URL in an error is its scheme and host, with
+// "/REDACTED" for a path, and they are replaced by REDACTED in the start of
+// a refusing response's body, where a receiver may echo them. The signing
+// key must have at least [MinKeyBytes] bytes.
 //
 // At most [WithConcurrency] requests are in flight per Publisher. Messages
 // with the same key go one after another, and after a failure that is not

@@ -25,6 +25,11 @@ const (
 // the base64 encoding of the key.
 const SecretPrefix = "whsec_"
 
+// MinKeyBytes is the shortest signing key accepted, in bytes (after base64
+// decoding for a "whsec_" secret): a shorter key can be guessed, and an
+// empty one lets anyone sign.
+const MinKeyBytes = 16
+
 // DefaultTolerance is how far a request's timestamp may be from the
 // receiver's clock for [Verify] to accept it.
 const DefaultTolerance = 5 * time.Minute
@@ -36,20 +41,28 @@ var (
 	ErrInvalidSignature = errors.New("webhookpub: no valid signature")
 )
 
+// CheckSecret reports what is wrong with a signing secret, or nil: a
+// "whsec_" secret must be base64, and the key must have at least
+// [MinKeyBytes] bytes. The error never shows the secret.
+func CheckSecret(secret string) error {
+	_, err := secretKey(secret)
+	return err
+}
+
 // secretKey returns the HMAC key of secret: the decoded remainder of a
 // "whsec_" secret, or the secret's bytes.
 func secretKey(secret string) ([]byte, error) {
+	key := []byte(secret)
 	if rest, ok := strings.CutPrefix(secret, SecretPrefix); ok {
-		key, err := base64.StdEncoding.DecodeString(rest)
-		if err != nil {
+		var err error
+		if key, err = base64.StdEncoding.DecodeString(rest); err != nil {
 			return nil, fmt.Errorf("webhookpub: secret: %s... is not base64: %w", SecretPrefix, err)
 		}
-		return key, nil
 	}
-	if secret == "" {
-		return nil, errors.New("webhookpub: secret is empty")
+	if len(key) < MinKeyBytes {
+		return nil, fmt.Errorf("webhookpub: secret: the key has %d bytes, fewer than %d", len(key), MinKeyBytes)
 	}
-	return []byte(secret), nil
+	return key, nil
 }
 
 // sign returns the signature of body: "v1," and the base64 HMAC-SHA256 of
@@ -69,7 +82,9 @@ func sign(key []byte, id string, ts int64, body []byte) string {
 // secret (the same string given to [WithSecret]), and webhook-timestamp
 // must be within DefaultTolerance of now, which stops replays of old
 // requests. Pass the body exactly as read. It returns nil, or an error
-// matching ErrMissingHeaders, ErrTimestamp or ErrInvalidSignature.
+// matching ErrMissingHeaders, ErrTimestamp or ErrInvalidSignature, or (a
+// secret whose key is not base64 or has fewer than [MinKeyBytes] bytes) an
+// error of its own: a short key would accept forged signatures.
 func Verify(secret string, h http.Header, body []byte) error {
 	return VerifyAt(secret, h, body, time.Now(), DefaultTolerance)
 }

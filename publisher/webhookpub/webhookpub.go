@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/redact"
 )
 
 // Defaults of the Publisher's options.
@@ -30,17 +32,41 @@ const (
 	DefaultErrorBodyBytes = 512
 )
 
-// DestinationPlaceholder in the endpoint URL is replaced by the message's
-// destination, path-escaped: "https://hooks.example.com/outbox/{destination}".
+// DestinationPlaceholder in the endpoint URL's path is replaced by the
+// message's destination, path-escaped:
+// "https://hooks.example.com/outbox/{destination}". It may not stand in the
+// host, user information, query or fragment, and a destination that is
+// empty, "." or "..", or holds a slash or backslash (also %-encoded), is
+// refused for that message alone, permanently: it would name another path.
 const DestinationPlaceholder = "{destination}"
+
+// DefaultPermanentStatus returns the status codes that make a message dead
+// at once unless [WithPermanentStatus] says otherwise: every 4xx except 401,
+// 403 and 404 (a rotated key, a missing grant, a route not deployed yet: an
+// operator can fix them while the relay retries), 408 and 429. Every other
+// non-2xx answer, 3xx and 5xx included, is retried.
+func DefaultPermanentStatus() []int {
+	var codes []int
+	for code := 400; code < 500; code++ {
+		switch code {
+		case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound,
+			http.StatusRequestTimeout, http.StatusTooManyRequests:
+		default:
+			codes = append(codes, code)
+		}
+	}
+	return codes
+}
 
 // Publisher POSTs outbox messages to an HTTP endpoint. It is safe for
 // concurrent use.
 type Publisher struct {
 	endpoint string
 	cfg      config
-	key      []byte        // HMAC key; nil when unsigned
-	sem      chan struct{} // one slot per request in flight
+	key      []byte          // HMAC key; nil when unsigned
+	sem      chan struct{}   // one slot per request in flight
+	red      redact.Redactor // the endpoint's and headers' secrets, kept out of errors
+	dest     bool            // the endpoint holds DestinationPlaceholder
 }
 
 var (
@@ -55,6 +81,7 @@ type config struct {
 	batch       int
 	headers     http.Header
 	errorBody   int
+	permanent   map[int]bool
 	now         func() time.Time
 }
 
@@ -67,8 +94,17 @@ func defaultConfig() config {
 		},
 		concurrency: DefaultConcurrency,
 		errorBody:   DefaultErrorBodyBytes,
+		permanent:   statusSet(DefaultPermanentStatus()),
 		now:         time.Now,
 	}
+}
+
+func statusSet(codes []int) map[int]bool {
+	set := make(map[int]bool, len(codes))
+	for _, c := range codes {
+		set[c] = true
+	}
+	return set
 }
 
 func (c *config) validate() error {
@@ -90,6 +126,11 @@ func (c *config) validate() error {
 			errs = append(errs, fmt.Errorf("WithSecret: %w", err))
 		}
 	}
+	for _, code := range slices.Sorted(maps.Keys(c.permanent)) {
+		if code < 300 || code > 599 {
+			errs = append(errs, fmt.Errorf("WithPermanentStatus: %d is not a status code from 300 to 599", code))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -106,7 +147,9 @@ func WithHTTPClient(client *http.Client) Option { return func(c *config) { c.cli
 // SHA-256 of "webhook-id.webhook-timestamp.body" in webhook-signature), so
 // receivers can check it with [Verify]. A secret starting with "whsec_" is
 // the base64 of the key, as the specification has it; any other string is
-// the key itself. Default: "" (no webhook-signature header).
+// the key itself. The key must have at least [MinKeyBytes] bytes (after
+// decoding): "whsec_" alone, an empty key, would let anyone sign. Default:
+// "" (no webhook-signature header).
 func WithSecret(secret string) Option { return func(c *config) { c.secret = secret } }
 
 // WithConcurrency sets how many requests the Publisher has in flight at
@@ -133,41 +176,100 @@ func WithHeader(name, value string) Option {
 // error records. Default: DefaultErrorBodyBytes (512).
 func WithErrorBodyBytes(n int) Option { return func(c *config) { c.errorBody = n } }
 
+// WithPermanentStatus sets the status codes (300 to 599) that mark a
+// message [outbox.Permanent], dead at once; every other non-2xx answer is a
+// plain error that the relay retries with backoff until its attempt limit.
+// No code at all makes every refusal retried. Redirects are never followed
+// (a redirected POST would become a GET, and the signed body would go where
+// the config does not say), so a 3xx is retried unless listed here. Default:
+// [DefaultPermanentStatus] (every 4xx but 401, 403, 404, 408 and 429).
+func WithPermanentStatus(codes ...int) Option {
+	return func(c *config) { c.permanent = statusSet(codes) }
+}
+
 // New returns a Publisher that POSTs to endpoint, an http:// or https://
-// URL; [DestinationPlaceholder] in it is replaced by each message's
-// destination.
+// URL; [DestinationPlaceholder] in its path is replaced by each message's
+// destination. See [CheckEndpoint] and [CheckSecret] for what is refused.
+//
+// No error of the Publisher (from Publish, Ping or New) holds the
+// endpoint's user information, path or query, where tokens hide, nor the
+// value of a [WithHeader] header: a URL appears as scheme://host, with
+// "/REDACTED" for a path, and the start of a refusing response's body has
+// those values replaced by REDACTED too.
 func New(endpoint string, opts ...Option) (*Publisher, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
 		opt(&cfg)
 	}
-	errs := []error{cfg.validate()}
-	u, err := url.Parse(strings.ReplaceAll(endpoint, DestinationPlaceholder, "x"))
+	errs := []error{cfg.validate(), CheckEndpoint(endpoint)}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("webhookpub: new publisher: %w", err)
+	}
+	p := &Publisher{endpoint: endpoint, cfg: cfg, sem: make(chan struct{}, cfg.concurrency),
+		dest: strings.Contains(endpoint, DestinationPlaceholder)}
+	if cfg.secret != "" {
+		p.key, _ = secretKey(cfg.secret)
+		p.red.AddValue(cfg.secret)
+	}
+	p.red.AddURL(endpoint, true)
+	for _, vs := range cfg.headers {
+		for _, v := range vs {
+			p.red.AddValue(v)
+		}
+	}
+	return p, nil
+}
+
+// CheckEndpoint reports what is wrong with a webhook endpoint URL, or nil:
+// it must parse, be http:// or https://, name a host, and hold
+// [DestinationPlaceholder] in its path only. The error never shows the URL.
+func CheckEndpoint(endpoint string) error {
+	// A marker that parses in any part, to see where the placeholder lands.
+	const marker = "outbox0destination0placeholder"
+	u, err := url.Parse(strings.ReplaceAll(endpoint, DestinationPlaceholder, marker))
 	switch {
 	case err != nil:
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err // keep a password in the URL out of the error
 		}
-		errs = append(errs, fmt.Errorf("endpoint: %w", err))
+		return errors.New("endpoint: " + redact.URLs(err.Error()))
 	case u.Scheme != "http" && u.Scheme != "https":
-		errs = append(errs, fmt.Errorf("endpoint: scheme %q is not http or https", u.Scheme))
+		return fmt.Errorf("endpoint: scheme %q is not http or https", u.Scheme)
 	case u.Host == "":
-		errs = append(errs, errors.New("endpoint: no host"))
+		return errors.New("endpoint: no host")
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("webhookpub: new publisher: %w", err)
+	for _, part := range []struct{ name, v string }{{"host", u.Host}, {"user information", u.User.String()},
+		{"query", u.RawQuery}, {"fragment", u.Fragment}} {
+		if strings.Contains(part.v, marker) {
+			return fmt.Errorf("endpoint: %s may stand in the path only, not in the %s", DestinationPlaceholder, part.name)
+		}
 	}
-	p := &Publisher{endpoint: endpoint, cfg: cfg, sem: make(chan struct{}, cfg.concurrency)}
-	if cfg.secret != "" {
-		p.key, _ = secretKey(cfg.secret)
-	}
-	return p, nil
+	return nil
 }
 
-// URL returns the URL m is POSTed to.
+// URL returns the URL m is POSTed to. It holds the endpoint's secrets: do
+// not log it.
 func (p *Publisher) URL(m *outbox.Message) string {
 	return strings.ReplaceAll(p.endpoint, DestinationPlaceholder, url.PathEscape(m.Destination()))
+}
+
+// checkDestination refuses a destination that would not stay one path
+// segment once put in the URL: empty, "." or "..", or holding a slash or a
+// backslash, as is or %-encoded (once or more, since servers may decode
+// again).
+func checkDestination(dest string) error {
+	for d := dest; ; {
+		if d == "" || d == "." || d == ".." || strings.ContainsAny(d, `/\`) {
+			return outbox.Permanent(fmt.Errorf("webhookpub: destination %q cannot stand for %s: "+
+				"it is empty, . or .., or holds a slash", dest, DestinationPlaceholder))
+		}
+		dec, err := url.PathUnescape(d)
+		if err != nil || dec == d {
+			return nil
+		}
+		d = dec
+	}
 }
 
 // Publish POSTs the messages and returns one error per message, in order:
@@ -182,12 +284,14 @@ func (p *Publisher) URL(m *outbox.Message) string {
 // in order, one request at a time per destination URL, with the same rule
 // between requests.
 //
-// Errors: 408, 429 and 5xx are plain errors, retried by the relay
-// (Retry-After is not used); any other status (3xx included: redirects are
-// not followed) is [outbox.Permanent] with the status and the start of the
-// response body; a request that cannot reach the endpoint (refused, reset,
-// DNS, TLS) is [outbox.Unavailable]; no answer before ctx ends is a plain
-// error wrapping ctx.Err().
+// Errors: a status of [WithPermanentStatus] is [outbox.Permanent], any
+// other non-2xx status a plain error retried by the relay (Retry-After is
+// not used), both a [StatusError] with the start of the response body; a
+// request that cannot reach the endpoint (refused, reset, DNS, TLS) is
+// [outbox.Unavailable]; no answer before ctx ends is a plain error wrapping
+// ctx.Err(); a destination that cannot stand for [DestinationPlaceholder]
+// is [outbox.Permanent] for its message. No error holds the endpoint's
+// secrets (see [New]).
 func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
@@ -202,6 +306,8 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error
 			errs[i] = outbox.Permanent(errors.New("webhookpub: nil message"))
 		case !json.Valid(m.Payload):
 			errs[i] = outbox.Permanent(errors.New("webhookpub: payload is not valid JSON"))
+		case p.dest:
+			errs[i] = checkDestination(m.Destination())
 		}
 	}
 	// Each group is sent in order by one goroutine, which alone writes the
@@ -344,7 +450,7 @@ func (p *Publisher) post(ctx context.Context, target, id string, body []byte, ex
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
-		return outbox.Permanent(fmt.Errorf("webhookpub: build request: %w", err))
+		return outbox.Permanent(p.clean("webhookpub: build request", err))
 	}
 	for k, vs := range p.cfg.headers {
 		req.Header[k] = slices.Clone(vs)
@@ -364,7 +470,7 @@ func (p *Publisher) post(ctx context.Context, target, id string, body []byte, ex
 
 	resp, err := p.cfg.client.Do(req)
 	if err != nil {
-		wrapped := fmt.Errorf("webhookpub: post: %w", err)
+		wrapped := p.clean("webhookpub: post", err)
 		if ctx.Err() != nil {
 			return fmt.Errorf("webhookpub: no answer before the publish ended: %w", ctx.Err())
 		}
@@ -379,11 +485,39 @@ func (p *Publisher) post(ctx context.Context, target, id string, body []byte, ex
 	if code >= 200 && code < 300 {
 		return nil
 	}
-	refused := &StatusError{Code: code, Body: strings.ToValidUTF8(string(head), "?")}
-	if code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500 {
+	refused := &StatusError{Code: code, Body: p.red.String(strings.ToValidUTF8(string(head), "?"))}
+	if !p.cfg.permanent[code] {
 		return refused
 	}
 	return outbox.Permanent(refused)
+}
+
+// clean wraps err, an error of net/http, under what: a *url.Error becomes
+// its operation, the URL's scheme and host (with "/REDACTED" for a path)
+// and its cause, so the endpoint's user information, path and query stay
+// out; the cause has the endpoint's and headers' secrets removed too. The
+// result unwraps to err.
+func (p *Publisher) clean(what string, err error) error {
+	msg := err.Error()
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		msg = ue.Op + " " + safeURL(ue.URL) + ": " + ue.Err.Error()
+	}
+	return redact.WithMessage(err, what+": "+p.red.String(msg))
+}
+
+// safeURL is raw's scheme and host, and "/REDACTED" when it has a path or
+// a query.
+func safeURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return redact.Mask
+	}
+	s := u.Scheme + "://" + u.Host
+	if len(u.Path) > 1 || u.RawQuery != "" || u.Opaque != "" {
+		s += "/" + redact.Mask
+	}
+	return s
 }
 
 // StatusError is the error for a response that was not 2xx.
@@ -406,12 +540,12 @@ func (p *Publisher) Ping(ctx context.Context) error {
 	target := strings.ReplaceAll(p.endpoint, DestinationPlaceholder, "")
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, target, nil)
 	if err != nil {
-		return fmt.Errorf("webhookpub: ping: %w", err)
+		return p.clean("webhookpub: ping", err)
 	}
 	req.Header.Set("User-Agent", "outbox-webhookpub")
 	resp, err := p.cfg.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("webhookpub: ping: %w", err)
+		return p.clean("webhookpub: ping", err)
 	}
 	resp.Body.Close()
 	return nil

@@ -3,6 +3,7 @@ package webhookpub_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -228,14 +229,14 @@ func TestRequestShape(t *testing.T) {
 	p := newPublisher(t, r.server.URL+"/in/{destination}", webhookpub.WithHeader("X-Api-Key", "k1"))
 
 	m := message("ord-1", 0)
-	m.Topic = "orders/eu" // path-escaped in the URL
+	m.Topic = "orders eu?#" // path-escaped in the URL
 	m.Payload = json.RawMessage(`{"html":"<b>&</b>",  "n": 1}`)
 	m.Headers = map[string]string{
 		outbox.HeaderTraceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		outbox.HeaderTracestate:  "v=1",
 	}
 	m.CreatedAt = time.Date(2025, 5, 6, 7, 8, 9, 0, time.FixedZone("X", 7200))
-	require.Equal(t, r.server.URL+"/in/orders%2Feu", p.URL(m))
+	require.Equal(t, r.server.URL+"/in/orders%20eu%3F%23", p.URL(m))
 	before := time.Now().Unix()
 	require.NoError(t, p.Publish(t.Context(), []*outbox.Message{m})[0])
 
@@ -254,7 +255,7 @@ func TestRequestShape(t *testing.T) {
 	require.Equal(t, "v=1", h.Get("tracestate"))
 
 	require.Equal(t, webhookpub.Envelope{
-		ID: m.MessageID, Type: "ORDER_PAID", Topic: "orders/eu", Key: "ord-1",
+		ID: m.MessageID, Type: "ORDER_PAID", Topic: "orders eu?#", Key: "ord-1",
 		Aggregate: webhookpub.Aggregate{Type: "order", ID: "ord-1"},
 		Payload:   m.Payload, Headers: m.StandardHeaders(), CreatedAt: ptr(m.CreatedAt.UTC()),
 	}, env)
@@ -264,26 +265,39 @@ func TestRequestShape(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// Which answers are permanent: by default every 4xx but 401, 403, 404, 408
+// and 429; WithPermanentStatus replaces the set. Redirects are not followed.
 func TestStatusClasses(t *testing.T) {
 	t.Parallel()
+	strict := webhookpub.WithPermanentStatus(http.StatusUnauthorized, http.StatusFound, http.StatusNotImplemented)
 	for _, tc := range []struct {
-		status                 int
-		permanent, unavailable bool
+		name      string
+		status    int
+		opts      []webhookpub.Option
+		permanent bool
 	}{
-		{http.StatusOK, false, false},
-		{http.StatusCreated, false, false},
-		{http.StatusNoContent, false, false},
-		{http.StatusRequestTimeout, false, false},
-		{http.StatusTooManyRequests, false, false},
-		{http.StatusInternalServerError, false, false},
-		{http.StatusServiceUnavailable, false, false},
-		{http.StatusBadRequest, true, false},
-		{http.StatusNotFound, true, false},
-		{http.StatusConflict, true, false},
-		{http.StatusUnprocessableEntity, true, false},
-		{http.StatusFound, true, false}, // not followed: a POST would become a GET
+		{"OK", http.StatusOK, nil, false},
+		{"Created", http.StatusCreated, nil, false},
+		{"NoContent", http.StatusNoContent, nil, false},
+		{"Timeout", http.StatusRequestTimeout, nil, false},
+		{"TooMany", http.StatusTooManyRequests, nil, false},
+		{"ServerError", http.StatusInternalServerError, nil, false},
+		{"Unavailable", http.StatusServiceUnavailable, nil, false},
+		{"RotatedKey", http.StatusUnauthorized, nil, false},
+		{"Forbidden", http.StatusForbidden, nil, false},
+		{"NotDeployedYet", http.StatusNotFound, nil, false},
+		{"Redirect", http.StatusFound, nil, false}, // not followed: a POST would become a GET
+		{"BadRequest", http.StatusBadRequest, nil, true},
+		{"Conflict", http.StatusConflict, nil, true},
+		{"Unprocessable", http.StatusUnprocessableEntity, nil, true},
+		{"Gone", http.StatusGone, nil, true},
+		{"ListedUnauthorized", http.StatusUnauthorized, []webhookpub.Option{strict}, true},
+		{"ListedRedirect", http.StatusFound, []webhookpub.Option{strict}, true},
+		{"Listed5xx", http.StatusNotImplemented, []webhookpub.Option{strict}, true},
+		{"UnlistedBadRequest", http.StatusBadRequest, []webhookpub.Option{strict}, false},
+		{"NoneListed", http.StatusUnprocessableEntity, []webhookpub.Option{webhookpub.WithPermanentStatus()}, false},
 	} {
-		t.Run(strconv.Itoa(tc.status), func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				if tc.status == http.StatusFound {
@@ -295,7 +309,7 @@ func TestStatusClasses(t *testing.T) {
 				}
 			}))
 			defer srv.Close()
-			p := newPublisher(t, srv.URL, webhookpub.WithErrorBodyBytes(64))
+			p := newPublisher(t, srv.URL, append(tc.opts, webhookpub.WithErrorBodyBytes(64))...)
 			err := p.Publish(t.Context(), []*outbox.Message{message("a", 0)})[0]
 			if tc.status/100 == 2 {
 				require.NoError(t, err)
@@ -303,7 +317,7 @@ func TestStatusClasses(t *testing.T) {
 			}
 			require.Error(t, err)
 			require.Equal(t, tc.permanent, outbox.IsPermanent(err), "%v", err)
-			require.Equal(t, tc.unavailable, outbox.IsUnavailable(err), "%v", err)
+			require.False(t, outbox.IsUnavailable(err), "%v", err)
 			var se *webhookpub.StatusError
 			require.ErrorAs(t, err, &se)
 			require.Equal(t, tc.status, se.Code)
@@ -312,6 +326,112 @@ func TestStatusClasses(t *testing.T) {
 			require.ErrorContains(t, err, strconv.Itoa(tc.status))
 		})
 	}
+	require.NotContains(t, webhookpub.DefaultPermanentStatus(), http.StatusNotFound)
+	require.Contains(t, webhookpub.DefaultPermanentStatus(), http.StatusBadRequest)
+}
+
+// No error holds the endpoint's user information, path or query, nor a
+// header value: not when the endpoint is down, hangs up, or echoes them in
+// its answer, and not from Ping.
+func TestErrorsHoldNoSecret(t *testing.T) {
+	t.Parallel()
+	const (
+		pathToken  = "T0PATHSECRET"
+		queryToken = "q-s3cr3t-value"
+		password   = "pw"
+		apiKey     = "key-8c1f0e"
+	)
+	secrets := []string{pathToken, queryToken, apiKey, ":" + password + "@"}
+	hangUp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	defer hangUp.Close()
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = fmt.Fprintf(w, "bad key %s for %s", req.Header.Get("X-Api-Key"), req.URL.String())
+	}))
+	defer echo.Close()
+	closed := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	for _, tc := range []struct{ name, base string }{
+		{"Refused", closed},
+		{"HungUp", hangUp.URL},
+		{"Echoed", echo.URL},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			base := strings.Replace(tc.base, "://", "://alice:"+password+"@", 1)
+			endpoint := base + "/hooks/" + pathToken + "/{destination}?api_key=" + queryToken
+			p := newPublisher(t, endpoint, webhookpub.WithHeader("X-Api-Key", apiKey))
+			errs := p.Publish(t.Context(), []*outbox.Message{message("a", 0), message("a", 1)})
+			errs = append(errs, p.Ping(t.Context()))
+			for _, err := range errs {
+				if err == nil {
+					continue // the echo server answers Ping
+				}
+				for _, s := range secrets {
+					require.NotContains(t, err.Error(), s)
+				}
+			}
+			require.Error(t, errs[0])
+			require.Error(t, errs[1])
+			if tc.name == "Refused" {
+				require.True(t, outbox.IsUnavailable(errs[0]), "the class survives: %v", errs[0])
+				require.ErrorContains(t, errs[0], "connection refused")
+				require.ErrorContains(t, errs[0], "127.0.0.1:", "the host is shown")
+			}
+		})
+	}
+}
+
+// A destination that would leave its path segment is refused for its
+// message alone, before any request.
+func TestDestinationStaysOneSegment(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, topic string
+		ok          bool
+	}{
+		{"Plain", "ORDER_PAID", true},
+		{"Escaped", "orders eu", true},
+		{"DotsInside", "a..b", true},
+		{"Dot", ".", false},
+		{"DotDot", "..", false},
+		{"Slash", "a/b", false},
+		{"Backslash", `a\b`, false},
+		{"EncodedDotDot", "%2e%2e", false},
+		{"EncodedSlash", "..%2Fadmin", false},
+		{"DoubleEncoded", "%252e%252e", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newReceiver(t, 0)
+			p := newPublisher(t, r.server.URL+"/in/{destination}")
+			bad, good := message("k", 0), message("k", 1)
+			bad.Topic = tc.topic
+			errs := p.Publish(t.Context(), []*outbox.Message{bad, good})
+			require.NoError(t, errs[1], "the other message goes on")
+			if tc.ok {
+				require.NoError(t, errs[0])
+				require.Len(t, r.seen(), 2)
+				return
+			}
+			require.True(t, outbox.IsPermanent(errs[0]), "%v", errs[0])
+			require.Len(t, r.seen(), 1, "the refused message sent no request")
+		})
+	}
+	// Without the placeholder the destination is not in the URL: any goes.
+	r := newReceiver(t, 0)
+	m := message("k", 0)
+	m.Topic = ".."
+	require.NoError(t, newPublisher(t, r.server.URL+"/in").Publish(t.Context(), []*outbox.Message{m})[0])
+	// An empty topic falls back to the event type, so only an empty event type
+	// makes an empty destination.
+	m = message("k", 1)
+	m.EventType = ""
+	require.True(t, outbox.IsPermanent(newPublisher(t, r.server.URL+"/in/{destination}").Publish(t.Context(), []*outbox.Message{m})[0]))
 }
 
 func TestUnreachable(t *testing.T) {
@@ -503,7 +623,7 @@ func TestVerify(t *testing.T) {
 		{"Valid", secret, req.header, req.body, sent, nil},
 		{"ValidWithinTolerance", secret, req.header, req.body, sent.Add(4 * time.Minute), nil},
 		{"RotatedKeys", secret, with("webhook-signature", "v1,b2xkLWtleQ== "+good), req.body, sent, nil},
-		{"WrongSecret", "whsec_b3RoZXI=", req.header, req.body, sent, webhookpub.ErrInvalidSignature},
+		{"WrongSecret", "whsec_YW5vdGhlci1rZXktZm9yLXRlc3Rz", req.header, req.body, sent, webhookpub.ErrInvalidSignature},
 		{"RawSecretIsAnotherKey", "secret-key-for-tests-not", req.header, req.body, sent, webhookpub.ErrInvalidSignature},
 		{"TamperedBody", secret, req.header, append(bytes.Clone(req.body), ' '), sent, webhookpub.ErrInvalidSignature},
 		{"OtherID", secret, with("webhook-id", "msg_other"), req.body, sent, webhookpub.ErrInvalidSignature},
@@ -525,17 +645,22 @@ func TestVerify(t *testing.T) {
 	// A raw (non-whsec_) secret works end to end too.
 	raw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
-		if err := webhookpub.Verify("plain secret", req.Header, body); err != nil {
+		if err := webhookpub.Verify("plain secret for tests", req.Header, body); err != nil {
 			w.WriteHeader(http.StatusUnauthorized)
 		}
 	}))
 	defer raw.Close()
-	q, err := webhookpub.New(raw.URL, webhookpub.WithSecret("plain secret"))
+	q, err := webhookpub.New(raw.URL, webhookpub.WithSecret("plain secret for tests"))
 	require.NoError(t, err)
 	require.NoError(t, q.Publish(t.Context(), []*outbox.Message{message("a", 0)})[0])
 	unsigned, err := webhookpub.New(raw.URL)
 	require.NoError(t, err)
-	require.True(t, outbox.IsPermanent(unsigned.Publish(t.Context(), []*outbox.Message{message("a", 0)})[0]))
+	var se *webhookpub.StatusError
+	require.ErrorAs(t, unsigned.Publish(t.Context(), []*outbox.Message{message("a", 0)})[0], &se)
+	require.Equal(t, http.StatusUnauthorized, se.Code)
+	// A receiver given a short key refuses everything rather than accept
+	// signatures anyone can make.
+	require.ErrorContains(t, webhookpub.Verify("whsec_", req.header, req.body), "fewer than 16")
 }
 
 func TestNewValidates(t *testing.T) {
@@ -551,6 +676,14 @@ func TestNewValidates(t *testing.T) {
 		{"Concurrency", "http://host", []webhookpub.Option{webhookpub.WithConcurrency(0)}, "WithConcurrency"},
 		{"Batch", "http://host", []webhookpub.Option{webhookpub.WithBatch(-1)}, "WithBatch"},
 		{"Secret", "http://host", []webhookpub.Option{webhookpub.WithSecret("whsec_***")}, "WithSecret"},
+		{"EmptyKey", "http://host", []webhookpub.Option{webhookpub.WithSecret("whsec_")}, "0 bytes, fewer than 16"},
+		{"ShortDecodedKey", "http://host", []webhookpub.Option{webhookpub.WithSecret("whsec_" + base64.StdEncoding.EncodeToString([]byte("fifteen-bytes!!")))}, "15 bytes"},
+		{"ShortRawKey", "http://host", []webhookpub.Option{webhookpub.WithSecret("s3cret")}, "6 bytes"},
+		{"PlaceholderInHost", "http://{destination}.example.com/x", nil, "not in the host"},
+		{"PlaceholderInQuery", "http://host/x?topic={destination}", nil, "not in the query"},
+		{"PlaceholderInUser", "http://{destination}:s3cret@host/x", nil, "not in the user information"},
+		{"PlaceholderInFragment", "http://host/x#{destination}", nil, "not in the fragment"},
+		{"PermanentStatus", "http://host", []webhookpub.Option{webhookpub.WithPermanentStatus(404, 200)}, "200 is not a status code"},
 		{"Client", "http://host", []webhookpub.Option{webhookpub.WithHTTPClient(nil)}, "WithHTTPClient"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
