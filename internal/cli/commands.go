@@ -15,6 +15,7 @@ import (
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/daemon"
 	"github.com/outboxkit/outbox/internal/demo"
+	"github.com/outboxkit/outbox/internal/liblog"
 	"github.com/outboxkit/outbox/internal/termsafe"
 )
 
@@ -50,6 +51,9 @@ func relayCommand() *ucli.Command {
 			if err != nil {
 				return usage(err)
 			}
+			// The client libraries' own lines (go-redis, the MySQL driver,
+			// ...) too, when main installed the hooks (see liblog).
+			defer liblog.SetLogger(logger)()
 			d, err := daemon.New(cfg, logger, daemon.WithStdout(cmd.Root().Writer))
 			if err != nil {
 				return usage(err)
