@@ -52,6 +52,27 @@ func Unavailable(err error) error {
 	return &classified{err: err, class: ErrUnavailable}
 }
 
+// ErrUnroutable is matched (errors.Is) by every error wrapped with [Unroutable].
+var ErrUnroutable = errors.New("outbox: no destination for the message")
+
+// Unroutable marks err as the broker having no destination for the message
+// yet: no queue bound to its routing key (RabbitMQ's 312 NO_ROUTE), no
+// stream for its subject (NATS), an unknown topic (Kafka). Such a
+// destination often appears later (its consumer is being deployed), so the
+// mark keeps err retryable and keeps any other class it has; a publisher
+// option or a router route that wants such a message dead at once adds
+// [Permanent] (see amqppub.WithUnroutablePermanent and
+// router.Route.UnroutablePermanent). Unroutable(nil) is nil.
+func Unroutable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classified{err: err, class: ErrUnroutable}
+}
+
+// IsUnroutable reports whether err was marked with [Unroutable].
+func IsUnroutable(err error) bool { return errors.Is(err, ErrUnroutable) }
+
 // IsPermanent reports whether err was marked with [Permanent].
 func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
 

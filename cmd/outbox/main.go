@@ -10,10 +10,14 @@ import (
 	"syscall"
 
 	"github.com/outboxkit/outbox/internal/cli"
+	"github.com/outboxkit/outbox/internal/liblog"
 )
 
 func main() {
 	tuneGC(os.Getenv)
+	// Before any connection: what client libraries print on their own goes
+	// to the relay's logger (JSON by default), not raw to stderr.
+	liblog.Install()
 	// The first SIGINT or SIGTERM asks the command to stop gracefully; once
 	// it has, signals get their default effect again, so a second Ctrl-C
 	// ends a drain that takes too long.

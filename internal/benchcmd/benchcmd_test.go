@@ -385,14 +385,18 @@ func TestFormat(t *testing.T) {
 // reported under the table, not dropped, and the run still has its figures.
 func TestReportWriteErrors(t *testing.T) {
 	t.Parallel()
-	rep := &Report{Latency: []LatencyResult{
+	rep := &Report{DB: "MySQL at db\x1b[2J", Broker: "NATS at \u202enats", Latency: []LatencyResult{
 		{Relay: relayOutbox, Rate: 1000, Seconds: 10, Offered: 10000, Delivered: 10000, P99Ms: 7},
 		{Relay: relayTextbook, Rate: 1000, Seconds: 10, Offered: 9998, Delivered: 900, P99Ms: 18000,
-			WriteErrors: 2, FirstWriteError: "database is locked (5) (SQLITE_BUSY)"},
+			WriteErrors: 2, FirstWriteError: "database is locked (5) (SQLITE_BUSY)\x1b[31m"},
 	}}
 	var out strings.Builder
 	require.NoError(t, writeReport(&out, rep, false))
 	require.Contains(t, out.String(), "textbook: 2 of 10,000 write transactions failed while it ran, the first with: database is locked")
+	require.Contains(t, out.String(), `(SQLITE_BUSY)\x1b[31m`, "a driver's error, escaped")
+	require.Contains(t, out.String(), `outbox bench: MySQL at db\x1b[2J -> NATS at \u202enats`)
+	require.NotContains(t, out.String(), "\x1b")
+	require.NotContains(t, out.String(), "\u202e")
 	require.NotContains(t, out.String(), "outbox: 0 of")
 }
 

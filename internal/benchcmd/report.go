@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/outboxkit/outbox/internal/termsafe"
 )
 
 // writeReport writes rep to out: JSON, or the summary tables.
@@ -20,7 +22,7 @@ func writeReport(out io.Writer, rep *Report, asJSON bool) error {
 	}
 	var b strings.Builder
 	s := rep.Settings
-	fmt.Fprintf(&b, "outbox bench: %s -> %s\n", rep.DB, rep.Broker)
+	fmt.Fprintf(&b, "outbox bench: %s -> %s\n", termsafe.String(rep.DB), termsafe.String(rep.Broker))
 	fmt.Fprintf(&b, "%s %s, %d CPUs. outbox relay: %s, batch %d, %d in flight, %s sent rows",
 		rep.GoVersion, rep.OS, rep.CPUs, plural(s.Relays, "relay"), s.BatchSize, s.MaxInFlight,
 		map[bool]string{false: "keep", true: "delete"}[s.DeleteSent])
@@ -83,7 +85,7 @@ func writeReport(out io.Writer, rep *Report, asJSON bool) error {
 		for _, l := range rep.Latency {
 			if l.WriteErrors > 0 {
 				fmt.Fprintf(&b, "%s: %s of %s write transactions failed while it ran, the first with: %s\n", l.Relay,
-					thousands(float64(l.WriteErrors)), thousands(float64(l.WriteErrors+l.Offered)), l.FirstWriteError)
+					thousands(float64(l.WriteErrors)), thousands(float64(l.WriteErrors+l.Offered)), termsafe.String(l.FirstWriteError))
 			}
 		}
 		if rep.LatencyRatio > 0 {

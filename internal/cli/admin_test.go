@@ -136,21 +136,44 @@ func notATerminal(t *testing.T) *os.File {
 // TestDeadAndArchiveWhileRelayRuns runs a real relay whose publisher refuses
 // one event type for good, then works the dead messages and archives the
 // sent rows with the CLI while the relay keeps running, on each database.
-func TestDeadAndArchiveWhileRelayRuns(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		open func(t *testing.T) adminDB
-	}{
-		{"Postgres", postgresAdminDB},
-		{"MySQL", mysqlAdminDB},
-		{"SQLite", sqliteAdminDB},
-	} {
+// adminDBs are the databases every admin test runs on, by name.
+var adminDBs = []struct {
+	name string
+	open func(t *testing.T) adminDB
+}{
+	{"Postgres", postgresAdminDB},
+	{"MySQL", mysqlAdminDB},
+	{"SQLite", sqliteAdminDB},
+}
+
+// eachAdminDB runs test as a parallel subtest on each of adminDBs.
+func eachAdminDB(t *testing.T, test func(t *testing.T, db adminDB)) {
+	for _, tc := range adminDBs {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			testDeadAndArchive(t, tc.open(t))
+			test(t, tc.open(t))
 		})
 	}
+}
+
+func TestDeadAndArchiveWhileRelayRuns(t *testing.T) {
+	t.Parallel()
+	eachAdminDB(t, testDeadAndArchive)
+}
+
+// runRelay runs a relay on db's store that publishes to pub, polling every
+// 20 ms, until t ends.
+func runRelay(t *testing.T, db adminDB, pub outbox.Publisher, opts ...outbox.RelayOption) {
+	relay, err := outbox.NewRelay(db.store, pub, append([]outbox.RelayOption{outbox.WithPollInterval(20 * time.Millisecond),
+		outbox.WithMinPollInterval(5 * time.Millisecond), outbox.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	stopped := make(chan error, 1)
+	go func() { stopped <- relay.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-stopped)
+	})
 }
 
 func testDeadAndArchive(t *testing.T, db adminDB) {
@@ -162,17 +185,7 @@ func testDeadAndArchive(t *testing.T, db adminDB) {
 		}
 		return nil
 	})
-	relay, err := outbox.NewRelay(db.store, pub, outbox.WithPollInterval(20*time.Millisecond),
-		outbox.WithMinPollInterval(5*time.Millisecond), outbox.WithBatchSize(4),
-		outbox.WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
-	stopped := make(chan error, 1)
-	go func() { stopped <- relay.Run(ctx) }()
-	defer func() {
-		cancel()
-		require.NoError(t, <-stopped)
-	}()
+	runRelay(t, db, pub, outbox.WithBatchSize(4))
 
 	db.write(t, append(messagesOf("GOOD", good), messagesOf("POISON", poison)...)...)
 	status := func() statusJSON { return statusOf(t, "--db", db.dsn) }

@@ -9,6 +9,7 @@ import (
 	ucli "github.com/urfave/cli/v3"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/termsafe"
 )
 
 func init() { extraCommands = append(extraCommands, archiveCommand) }
@@ -51,7 +52,7 @@ func archiveCommand() *ucli.Command {
 			if !p.Delete {
 				dest = "archived"
 				if a, ok := admin.(interface{ ArchiveTable() string }); ok {
-					dest += " into " + a.ArchiveTable()
+					dest += " into " + termsafe.String(a.ArchiveTable())
 				}
 			}
 			out := cmd.Root().Writer

@@ -10,6 +10,7 @@ import (
 	ucli "github.com/urfave/cli/v3"
 
 	"github.com/outboxkit/outbox/internal/redact"
+	"github.com/outboxkit/outbox/internal/termsafe"
 )
 
 // Exit codes of [Main].
@@ -48,8 +49,15 @@ func MainIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if errors.As(err, &ue) {
 		code = ExitUsage
 	}
-	fmt.Fprintln(stderr, "outbox: "+oneLine(err))
+	fmt.Fprintln(stderr, errorLine(err))
 	return code
+}
+
+// errorLine is the line that reports err: "outbox: " and err on one line,
+// with the runes a terminal takes as commands escaped (a driver's error can
+// quote a row's value, a config's table name).
+func errorLine(err error) string {
+	return "outbox: " + termsafe.String(oneLine(err))
 }
 
 // usageError marks bad input: exit code 2.

@@ -15,6 +15,8 @@ import (
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/daemon"
 	"github.com/outboxkit/outbox/internal/demo"
+	"github.com/outboxkit/outbox/internal/liblog"
+	"github.com/outboxkit/outbox/internal/termsafe"
 )
 
 // dbFlags are the settings the database commands read.
@@ -49,6 +51,9 @@ func relayCommand() *ucli.Command {
 			if err != nil {
 				return usage(err)
 			}
+			// The client libraries' own lines (go-redis, the MySQL driver,
+			// ...) too, when main installed the hooks (see liblog).
+			defer liblog.SetLogger(logger)()
 			d, err := daemon.New(cfg, logger, daemon.WithStdout(cmd.Root().Writer))
 			if err != nil {
 				return usage(err)
@@ -99,7 +104,7 @@ func migrateCommand() *ucli.Command {
 			if err := db.Store.Migrate(ctx); err != nil {
 				return fmt.Errorf("migrate %s: %w", cfg.Table, err)
 			}
-			_, err = fmt.Fprintf(cmd.Root().Writer, "migrated table %s (%s)\n", cfg.Table, db.Scheme)
+			_, err = fmt.Fprintf(cmd.Root().Writer, "migrated table %s (%s)\n", termsafe.String(cfg.Table), db.Scheme)
 			return err
 		},
 	}
@@ -165,7 +170,7 @@ func watchStatus(ctx context.Context, cmd *ucli.Command, table string, s daemon.
 			if ctx.Err() != nil {
 				return nil
 			}
-			fmt.Fprintln(cmd.Root().ErrWriter, "outbox: "+oneLine(err))
+			fmt.Fprintln(cmd.Root().ErrWriter, errorLine(err))
 		}
 		select {
 		case <-ctx.Done():
@@ -183,7 +188,7 @@ func printStatus(ctx context.Context, cmd *ucli.Command, table string, s daemon.
 	}
 	out := cmd.Root().Writer
 	if cmd.Bool("json") {
-		enc := json.NewEncoder(out)
+		enc := json.NewEncoder(termsafe.NewWriter(out))
 		return enc.Encode(statusJSON{
 			Table: table, Pending: st.Pending, OldestPendingSeconds: st.OldestPending.Seconds(),
 			Dead: st.Dead, SentLastMinute: st.SentLastMinute, SentLastHour: st.SentLastHour,
@@ -195,7 +200,7 @@ func printStatus(ctx context.Context, cmd *ucli.Command, table string, s daemon.
 	if st.Pending > 0 {
 		oldest = st.OldestPending.Round(time.Millisecond).String()
 	}
-	fmt.Fprintf(tw, "table\t%s\n", table)
+	fmt.Fprintf(tw, "table\t%s\n", termsafe.String(table))
 	fmt.Fprintf(tw, "pending\t%d\n", st.Pending)
 	fmt.Fprintf(tw, "oldest pending\t%s\n", oldest)
 	fmt.Fprintf(tw, "dead\t%d\n", st.Dead)

@@ -20,6 +20,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/daemon"
+	"github.com/outboxkit/outbox/internal/termsafe"
 )
 
 func init() { extraCommands = append(extraCommands, deadCommand) }
@@ -196,9 +197,16 @@ func writeDeadJSON(w io.Writer, dead []outbox.DeadMessage) error {
 	for i, d := range dead {
 		out[i] = toDeadJSON(d)
 	}
-	enc := json.NewEncoder(w)
+	return writeJSON(w, out)
+}
+
+// writeJSON writes v to w as indented JSON, with the runes a terminal takes
+// as commands that encoding/json lets through (DEL, C1 controls, bidi
+// overrides) escaped; see termsafe.Bytes.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(termsafe.NewWriter(w))
 	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	return enc.Encode(v)
 }
 
 // maxReason is how much of a reason a table line shows.
@@ -209,8 +217,9 @@ func writeDeadTable(w io.Writer, dead []outbox.DeadMessage) error {
 	fmt.Fprintln(tw, "ROW\tMESSAGE ID\tEVENT TYPE\tAGGREGATE\tATTEMPTS\tDIED AT\tREASON")
 	for _, d := range dead {
 		m := messageOf(d)
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s/%s\t%d\t%s\t%s\n", m.RowID, m.MessageID, m.EventType, m.AggregateType,
-			m.AggregateID, d.Attempts, d.DiedAt.UTC().Format(time.DateTime), shorten(d.Reason, maxReason))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s/%s\t%d\t%s\t%s\n", m.RowID, termsafe.String(m.MessageID),
+			termsafe.String(m.EventType), termsafe.String(m.AggregateType), termsafe.String(m.AggregateID),
+			d.Attempts, d.DiedAt.UTC().Format(time.DateTime), termsafe.String(shorten(d.Reason, maxReason)))
 	}
 	return tw.Flush()
 }
@@ -261,9 +270,7 @@ func deadShowCommand() *ucli.Command {
 			out := cmd.Root().Writer
 			j := toDeadJSON(dead[0])
 			if cmd.Bool("json") {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(j)
+				return writeJSON(out, j)
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 			for _, kv := range [][2]string{
@@ -278,11 +285,11 @@ func deadShowCommand() *ucli.Command {
 				{"attempts", strconv.Itoa(j.Attempts)},
 				{"reason", j.Reason},
 			} {
-				fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
+				fmt.Fprintf(tw, "%s:\t%s\n", kv[0], termsafe.String(kv[1]))
 			}
 			fmt.Fprintf(tw, "headers:\t%d\n", len(j.Headers))
 			for _, k := range slices.Sorted(maps.Keys(j.Headers)) {
-				fmt.Fprintf(tw, "  %s:\t%s\n", k, j.Headers[k])
+				fmt.Fprintf(tw, "  %s:\t%s\n", termsafe.String(k), termsafe.String(j.Headers[k]))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -291,7 +298,7 @@ func deadShowCommand() *ucli.Command {
 			if err != nil {
 				payload = j.Payload
 			}
-			_, err = fmt.Fprintf(out, "payload:\n%s\n", payload)
+			_, err = fmt.Fprintf(out, "payload:\n%s\n", termsafe.Bytes(payload))
 			return err
 		},
 	}
@@ -346,7 +353,7 @@ func deadBulkCommand(verb, usageLine, done string,
 				return err
 			}
 			if bulk := len(f.RowIDs) != 1 || len(dead) > 1; bulk && !cmd.Bool("yes") {
-				ok, err := confirm(cmd, fmt.Sprintf("%s %s of %s?", verb, count, cfg.Table))
+				ok, err := confirm(cmd, fmt.Sprintf("%s %s of %s?", verb, count, termsafe.String(cfg.Table)))
 				if err != nil {
 					return err
 				}

@@ -35,6 +35,10 @@ const (
 	// DefaultLogLevel and DefaultLogFormat: the daemon logs JSON at info.
 	DefaultLogLevel  = "info"
 	DefaultLogFormat = "json"
+	// UnroutableRetry and UnroutableDead are the values of a route's
+	// unroutable key; empty means UnroutableRetry.
+	UnroutableRetry = "retry"
+	UnroutableDead  = "dead"
 	// DefaultDeadPolicy is what ordered delivery does behind a dead message.
 	DefaultDeadPolicy = "block"
 	// DefaultName names the relay process in logs and in the relay label of
@@ -309,7 +313,20 @@ type Route struct {
 	// the fields and functions) giving its topic; empty keeps the message's
 	// own destination. The daemon checks it when it starts.
 	Topic string `yaml:"topic"`
+	// Unroutable is what happens to a message of this route that the broker
+	// has no destination for yet (RabbitMQ: no queue bound to its routing
+	// key, 312 NO_ROUTE; NATS: no stream for its subject; Kafka: an unknown
+	// topic): "retry" (default) tries it again, so a destination made in the
+	// meantime (its consumer was being deployed) receives it: RabbitMQ with
+	// backoff up to max_attempts, NATS and Kafka as in a broker outage
+	// (attempts given back, the relay pauses and probes); "dead" marks it
+	// dead at its first attempt.
+	Unroutable string `yaml:"unroutable"`
 }
+
+// UnroutableDead reports whether the route marks an unroutable message dead
+// at once (unroutable: dead).
+func (r *Route) UnroutableDead() bool { return r.Unroutable == UnroutableDead }
 
 // Default returns a Config holding every default and no database or broker.
 func Default() *Config {

@@ -238,6 +238,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		`brokers[1].url: unknown scheme "carrier-pigeon"; want nats://, kafka://, amqp://, amqps://, redis://, rediss://, http://, https://, mqtt://, mqtts://`,
 		`routes[0].broker: no broker is named "nowhere"`,
 		`routes[0].event_type: "ORDER_[" is not a valid pattern (* and ? wildcards, [a-z] classes)`,
+		`routes[0].unroutable: "sometimes" is not retry or dead`,
 		`relays: 0 is not between 1 and 256`,
 		`batch_size: 0 is not between 1 and 100000`,
 		`lease: 1s is shorter than twice publish_timeout (3s)`,

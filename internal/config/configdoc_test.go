@@ -72,6 +72,7 @@ routes:                            # the first match wins
   - aggregate_type: payment
     broker: payments
     topic: "payments.{{.EventType}}"
+    unroutable: dead               # no queue bound is a mistake here: dead at once, not retried
 default_route:                     # everything else
   broker: events
   topic: "{{lower .AggregateType}}.{{.EventType}}"

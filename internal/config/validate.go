@@ -288,6 +288,11 @@ func validateRoute(p *problems, key string, r *Route, brokers map[string]bool) {
 			p.add(key+"."+m.name, "%q is not a valid pattern (* and ? wildcards, [a-z] classes)", m.pattern)
 		}
 	}
+	switch r.Unroutable {
+	case "", UnroutableRetry, UnroutableDead:
+	default:
+		p.add(key+".unroutable", "%q is not %s or %s", r.Unroutable, UnroutableRetry, UnroutableDead)
+	}
 }
 
 func (c *Config) validateRelay(p *problems) {

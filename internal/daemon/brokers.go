@@ -118,6 +118,11 @@ func openNATS(ctx context.Context, b *config.Broker, p brokerParams) (outbox.Pub
 			}
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected") }),
+		// Without a handler nats.go prints asynchronous errors (a slow
+		// consumer, a permissions violation) raw to stderr.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			log.Warn("nats async error", "error", err.Error())
+		}),
 	)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to nats: %w", err)

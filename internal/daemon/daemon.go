@@ -19,6 +19,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/redact"
+	"github.com/outboxkit/outbox/internal/termsafe"
 	"github.com/outboxkit/outbox/metrics"
 	"github.com/outboxkit/outbox/tracing"
 )
@@ -67,7 +68,9 @@ func WithHandler(pattern string, h http.Handler) Option {
 	}
 }
 
-// WithStdout sets where the stdout trace exporter writes. Default: os.Stdout.
+// WithStdout sets where the stdout trace exporter writes, its JSON escaped
+// by termsafe so that no span attribute reaches a terminal as a command.
+// Default: os.Stdout.
 func WithStdout(w io.Writer) Option { return func(o *options) { o.stdout = w } }
 
 // New checks cfg (see [config.Config.Validate]) and its routes (patterns and
@@ -137,7 +140,7 @@ func (d *Daemon) run(ctx context.Context) error {
 	cfg := d.cfg
 	d.warnPlaintextCredentials()
 	tp, shutdownTraces, err := tracing.Setup(ctx, tracing.Config{Exporter: cfg.TraceExporter,
-		Endpoint: cfg.TraceEndpoint, ServiceName: "outbox-relay", Stdout: d.opts.stdout})
+		Endpoint: cfg.TraceEndpoint, ServiceName: "outbox-relay", Stdout: termsafe.NewWriter(d.opts.stdout)})
 	if err != nil {
 		return err
 	}

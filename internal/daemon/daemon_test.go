@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -392,6 +394,31 @@ func TestNewLogger(t *testing.T) {
 	require.Error(t, err)
 	_, err = NewLogger(&b, "info", "xml")
 	require.Error(t, err)
+}
+
+// TestNewLoggerEscapesTerminalControls logs an event type holding runes a
+// terminal takes as commands: in either format, none reaches the output, and
+// the JSON still decodes to the value.
+func TestNewLoggerEscapesTerminalControls(t *testing.T) {
+	t.Parallel()
+	const hostile = "ORDER\x1b[31m\u009b2J\u202e\x7f\x07\r"
+	for _, format := range []string{"json", "text"} {
+		t.Run(format, func(t *testing.T) {
+			t.Parallel()
+			var b strings.Builder
+			l, err := NewLogger(&b, "info", format)
+			require.NoError(t, err)
+			l.Warn("publish failed", "event_type", hostile)
+			for i, r := range b.String() {
+				require.True(t, r == '\n' || strconv.IsPrint(r), "byte %d: %U in %q", i, r, b.String())
+			}
+			if format == "json" {
+				var rec map[string]any
+				require.NoError(t, json.Unmarshal([]byte(b.String()), &rec))
+				require.Equal(t, hostile, rec["event_type"])
+			}
+		})
+	}
 }
 
 // sentCounter is a relay hook counting the messages sent.

@@ -15,19 +15,23 @@ func routerRoutes(cfg *config.Config) []router.Route {
 	var routes []router.Route
 	for i, r := range cfg.Routes {
 		routes = append(routes, router.Route{Name: fmt.Sprintf("routes[%d]", i), EventType: r.EventType,
-			AggregateType: r.AggregateType, Publisher: r.Broker, Topic: r.Topic})
+			AggregateType: r.AggregateType, Publisher: r.Broker, Topic: r.Topic,
+			UnroutablePermanent: r.UnroutableDead()})
 	}
 	if def := cfg.EffectiveDefaultRoute(); def != nil {
-		routes = append(routes, router.Route{Name: "default_route", Publisher: def.Broker, Topic: def.Topic, Default: true})
+		routes = append(routes, router.Route{Name: "default_route", Publisher: def.Broker, Topic: def.Topic, Default: true,
+			UnroutablePermanent: def.UnroutableDead()})
 	}
 	return routes
 }
 
 // direct reports whether the relays can publish to the one broker itself:
-// one broker, no routes, and a default route without a topic template.
+// one broker, no routes, and a default route without a topic template that
+// leaves unroutable messages to be retried.
 func direct(cfg *config.Config) bool {
 	def := cfg.EffectiveDefaultRoute()
-	return len(cfg.EffectiveBrokers()) == 1 && len(cfg.Routes) == 0 && def != nil && def.Topic == ""
+	return len(cfg.EffectiveBrokers()) == 1 && len(cfg.Routes) == 0 && def != nil && def.Topic == "" &&
+		!def.UnroutableDead()
 }
 
 // checkRoutes builds the router over stand-in publishers, which checks every

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/outboxkit/outbox/internal/termsafe"
 )
 
 // progressMode is how progress is shown.
@@ -71,7 +73,7 @@ func (p *progress) event(format string, args ...any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.clearLocked()
-	fmt.Fprintf(p.out, "%s  %s\n", p.stamp(), fmt.Sprintf(format, args...))
+	fmt.Fprintf(p.out, "%s  %s\n", p.stamp(), termsafe.String(fmt.Sprintf(format, args...))) // args may hold a broker's error
 	if p.mode == progressBar {
 		p.drawLocked()
 	}

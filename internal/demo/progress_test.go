@@ -37,6 +37,16 @@ func TestIsTerminal(t *testing.T) {
 	require.False(t, isTerminal(&bytes.Buffer{}))
 }
 
+// An event quoting a broker's error shows its control runes escaped.
+func TestProgressEventEscapesControls(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	p := newProgress(&out, false, time.Now(), func(bool) [2]string { return [2]string{"", ""} })
+	p.event("publish failed: %v", "nats: \x1b]8;;http://x\x07link\r")
+	require.Contains(t, out.String(), `publish failed: nats: \x1b]8;;http://x\alink\r`)
+	require.NotContains(t, out.String(), "\x1b")
+}
+
 func TestProgressModes(t *testing.T) {
 	t.Parallel()
 	status := func(withBar bool) [2]string {

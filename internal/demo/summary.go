@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/outboxkit/outbox/internal/termsafe"
 )
 
 // Summary is what a run counted. Every order and shipment count comes from
@@ -122,7 +124,7 @@ func (s *Summary) writeTable(w io.Writer) error {
 	if s.Outbox.Dead > 0 {
 		fmt.Fprintf(&b, "  %d outbox messages went dead (see the relay's log); they count as stuck.\n", s.Outbox.Dead)
 	}
-	fmt.Fprintf(&b, "Counts are queries over the orders and shipments tables (%s, %s; seed %d).\n", s.DB, s.Broker, s.Seed)
+	fmt.Fprintf(&b, "Counts are queries over the orders and shipments tables (%s, %s; seed %d).\n", termsafe.String(s.DB), termsafe.String(s.Broker), s.Seed)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

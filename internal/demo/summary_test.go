@@ -12,7 +12,7 @@ func TestWriteTable(t *testing.T) {
 	t.Parallel()
 	s := &Summary{
 		Orders: 1000, Declined: 30, Seed: 9,
-		DB: "SQLite in a temporary folder", Broker: "embedded NATS JetStream",
+		DB: "SQLite in a temporary folder", Broker: "embedded NATS JetStream\x1b[2J",
 		OutageAt: time.Second, OutageFor: 1600 * time.Millisecond, Elapsed: 6200 * time.Millisecond,
 		Naive: PathResult{Name: "naive", Paid: 970, Delivered: 577, Stuck: 393, FailedAttempts: 905,
 			Lost: 411, LastShipment: 5300 * time.Millisecond},
@@ -24,6 +24,8 @@ func TestWriteTable(t *testing.T) {
 	var b strings.Builder
 	require.NoError(t, s.writeTable(&b))
 	lines := strings.Split(b.String(), "\n")
+	require.Contains(t, b.String(), `embedded NATS JetStream\x1b[2J`, "control runes escaped")
+	require.NotContains(t, b.String(), "\x1b")
 
 	// Each row: the label on the left, one right-aligned cell per path.
 	for _, tc := range []struct {

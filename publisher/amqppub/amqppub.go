@@ -67,6 +67,7 @@ type config struct {
 	exchange       string
 	keyPrefix      string
 	mandatory      bool
+	unroutableDead bool
 	maxMessageSize int
 	maxChannels    int
 	dialTimeout    time.Duration
@@ -119,10 +120,19 @@ func WithExchange(name string) Option { return func(c *config) { c.exchange = na
 func WithRoutingKeyPrefix(prefix string) Option { return func(c *config) { c.keyPrefix = prefix } }
 
 // WithMandatory sets the mandatory flag: when on, a message that no queue
-// receives comes back (basic.return) and fails with [outbox.Permanent]
-// instead of vanishing. Default: true. Turn it off only for an exchange
-// where dropping unroutable messages is intended.
+// receives comes back (basic.return, 312 NO_ROUTE) and fails with an error
+// marked [outbox.Unroutable] instead of vanishing. Default: true. Turn it
+// off only for an exchange where dropping unroutable messages is intended.
 func WithMandatory(on bool) Option { return func(c *config) { c.mandatory = on } }
+
+// WithUnroutablePermanent says what a returned (unroutable) message is.
+// Off, its error is marked [outbox.Unroutable] only, so the relay retries
+// it with backoff up to its attempt limit: a queue bound in the meantime
+// (its consumer was being deployed) receives it. On, the error is also
+// [outbox.Permanent] and the message is dead at its first attempt, for an
+// exchange where no binding means a mistake. The daemon sets it per route
+// instead (router.Route.UnroutablePermanent). Default: false.
+func WithUnroutablePermanent(on bool) Option { return func(c *config) { c.unroutableDead = on } }
 
 // WithMaxMessageSize sets the largest body Publish sends; a larger message
 // fails alone with [outbox.Permanent] before it reaches the broker (whose
@@ -227,8 +237,10 @@ func (p *Publisher) RoutingKey(m *outbox.Message) string { return p.cfg.keyPrefi
 // event type, Timestamp = CreatedAt (when set), and the headers of
 // [outbox.Message.StandardHeaders] as the headers table.
 //
-// Errors: a message returned as unroutable, or too large
-// ([WithMaxMessageSize]), or with a routing key over 255 bytes, is
+// Errors: a message returned as unroutable (no queue bound to its routing
+// key) is [outbox.Unroutable], retried by the relay, and also
+// [outbox.Permanent] with [WithUnroutablePermanent]; a message too large
+// ([WithMaxMessageSize]) or with a routing key over 255 bytes is
 // [outbox.Permanent]; no connection, a connection lost before the
 // confirmation, or an exchange that does not exist or is refused is
 // [outbox.Unavailable]; a negative acknowledgement (nack) is a plain error;
@@ -384,8 +396,7 @@ func (p *Publisher) sendBatch(ctx context.Context, pc *pubChannel, msgs []*outbo
 		}
 		switch r, isReturned := returned[i]; {
 		case isReturned:
-			w.set(i, outbox.Permanent(fmt.Errorf("amqppub: unroutable: %d %s (exchange %q, routing key %q)",
-				r.ReplyCode, r.ReplyText, r.Exchange, r.RoutingKey)))
+			w.set(i, p.unroutable(r))
 		case dc.Acked():
 			w.set(i, nil)
 		case pc.ch.IsClosed():
@@ -395,6 +406,17 @@ func (p *Publisher) sendBatch(ctx context.Context, pc *pubChannel, msgs []*outbo
 			w.set(i, fmt.Errorf("amqppub: nacked by the broker (delivery tag %d)", dc.DeliveryTag))
 		}
 	}
+}
+
+// unroutable is the error of a message the broker returned: marked
+// [outbox.Unroutable], and [outbox.Permanent] with WithUnroutablePermanent.
+func (p *Publisher) unroutable(r amqp.Return) error {
+	err := outbox.Unroutable(fmt.Errorf("amqppub: unroutable: %d %s: no queue bound to exchange %q with routing key %q",
+		r.ReplyCode, r.ReplyText, r.Exchange, r.RoutingKey))
+	if p.cfg.unroutableDead {
+		return outbox.Permanent(fmt.Errorf("%w (dead at once: WithUnroutablePermanent)", err))
+	}
+	return err
 }
 
 // channelError classifies a failure of pc: the connection is gone, or the

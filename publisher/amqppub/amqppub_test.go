@@ -210,24 +210,44 @@ func TestPropertiesAndHeaders(t *testing.T) {
 	}
 }
 
-// A message no queue takes comes back (mandatory) and fails alone, for good.
-func TestUnroutableIsPermanent(t *testing.T) {
+// A message no queue takes comes back (mandatory) and fails alone, marked
+// Unroutable: retryable by default, permanent with WithUnroutablePermanent.
+func TestUnroutable(t *testing.T) {
 	t.Parallel()
-	name, c := queue(t, nil)
-	p := newPublisher(t, testsvc.AMQPURL(t))
+	for _, tc := range []struct {
+		name      string
+		opts      []amqppub.Option
+		permanent bool
+	}{
+		{"RetriedByDefault", nil, false},
+		{"PermanentWhenAsked", []amqppub.Option{amqppub.WithUnroutablePermanent(true)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			name, c := queue(t, nil)
+			p := newPublisher(t, testsvc.AMQPURL(t), tc.opts...)
 
-	msgs := []*outbox.Message{message(name, "a", 0), message(name+"_nobody", "b", 0), message(name, "c", 0)}
-	errs := p.Publish(t.Context(), msgs)
-	require.Len(t, errs, 3)
-	require.NoError(t, errs[0])
-	require.True(t, outbox.IsPermanent(errs[1]), "%v", errs[1])
-	require.ErrorContains(t, errs[1], "unroutable: 312 NO_ROUTE")
-	require.NoError(t, errs[2])
-	got := receiveN(t, c, 2)
-	require.ElementsMatch(t, []string{msgs[0].MessageID, msgs[2].MessageID}, []string{got[0].MessageID, got[1].MessageID})
+			msgs := []*outbox.Message{message(name, "a", 0), message(name+"_nobody", "b", 0), message(name, "c", 0)}
+			errs := p.Publish(t.Context(), msgs)
+			require.Len(t, errs, 3)
+			require.NoError(t, errs[0])
+			require.True(t, outbox.IsUnroutable(errs[1]), "%v", errs[1])
+			require.Equal(t, tc.permanent, outbox.IsPermanent(errs[1]), "%v", errs[1])
+			require.False(t, outbox.IsUnavailable(errs[1]), "one message's key, not the broker: %v", errs[1])
+			require.ErrorContains(t, errs[1], fmt.Sprintf(
+				`unroutable: 312 NO_ROUTE: no queue bound to exchange "" with routing key %q`, name+"_nobody"))
+			require.NoError(t, errs[2])
+			got := receiveN(t, c, 2)
+			require.ElementsMatch(t, []string{msgs[0].MessageID, msgs[2].MessageID}, []string{got[0].MessageID, got[1].MessageID})
+		})
+	}
+}
 
-	// Without mandatory the broker drops it silently and confirms: the
-	// reason mandatory is the default.
+// Without mandatory the broker drops an unroutable message silently and
+// confirms it: the reason mandatory is the default.
+func TestNotMandatoryDropsUnroutable(t *testing.T) {
+	t.Parallel()
+	name, _ := queue(t, nil)
 	loose := newPublisher(t, testsvc.AMQPURL(t), amqppub.WithMandatory(false))
 	requireAllNil(t, loose.Publish(t.Context(), []*outbox.Message{message(name+"_nobody", "b", 1)}), 1)
 }

@@ -40,7 +40,10 @@
 // disk. Confirmations are matched to messages by delivery tag, whatever
 // order and grouping the broker sends them in.
 //
-//   - basic.return (unroutable with mandatory on): [outbox.Permanent].
+//   - basic.return (unroutable with mandatory on: no queue bound to the
+//     routing key, 312 NO_ROUTE): [outbox.Unroutable], so the relay retries
+//     it with backoff and a queue bound in the meantime receives it; with
+//     [WithUnroutablePermanent] also [outbox.Permanent] (dead at once).
 //   - larger than [WithMaxMessageSize], routing key over 255 bytes: Permanent,
 //     refused before sending, so batch-mates are unaffected.
 //   - not connected, connection lost before the confirmation, the exchange

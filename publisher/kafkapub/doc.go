@@ -36,6 +36,8 @@
 //   - [outbox.Unavailable]: the destination as a whole cannot take records: no
 //     broker can be reached, the client is closed, the topic does not exist,
 //     or authorization failed. Fixing these needs no change to the messages.
+//     An unknown topic is also [outbox.Unroutable], which a router route with
+//     UnroutablePermanent turns into Permanent (dead at once).
 //   - A plain error wrapping ctx.Err(): the record was not acknowledged before
 //     the publish's deadline. When no broker answered a metadata request in
 //     that time either (see [WithProbeAfter]), it is marked Unavailable too.

@@ -260,13 +260,18 @@ var permanentCodes = []*kerr.Error{
 // a missing topic or a refused authorization, fixed by an operator without
 // touching the messages.
 var unavailableCodes = []*kerr.Error{
-	kerr.UnknownTopicOrPartition,
-	kerr.UnknownTopicID,
 	kerr.TopicAuthorizationFailed,
 	kerr.ClusterAuthorizationFailed,
 	kerr.SaslAuthenticationFailed,
 	kerr.IllegalSaslState,
 	kerr.UnsupportedSaslMechanism,
+}
+
+// unknownTopicCodes say the topic does not exist (yet): unavailable as a
+// whole, like unavailableCodes, and also [outbox.Unroutable].
+var unknownTopicCodes = []*kerr.Error{
+	kerr.UnknownTopicOrPartition,
+	kerr.UnknownTopicID,
 }
 
 // sessionCodes are non-retriable answers about the producer session (its id,
@@ -295,6 +300,10 @@ func classify(err error) error {
 		return wrapped
 	case is(permanentCodes):
 		return outbox.Permanent(wrapped)
+	case is(unknownTopicCodes):
+		// Marked Unroutable too, so that a route that wants such a message
+		// dead can say so.
+		return outbox.Unavailable(outbox.Unroutable(wrapped))
 	case is(unavailableCodes),
 		errors.Is(err, kgo.ErrClientClosed),
 		errors.Is(err, syscall.ECONNREFUSED),

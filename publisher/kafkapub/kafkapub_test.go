@@ -391,17 +391,19 @@ func TestClassify(t *testing.T) {
 	t.Parallel()
 	// Errors as the client hands them to a produce promise, and their classes.
 	for _, tc := range []struct {
-		name                   string
-		err                    error
-		permanent, unavailable bool
+		name                               string
+		err                                error
+		permanent, unavailable, unroutable bool
 	}{
-		{"Retriable", kerr.NotLeaderForPartition, false, false},
-		{"Session", kerr.OutOfOrderSequenceNumber, false, false},
-		{"UnknownTopic", kerr.UnknownTopicOrPartition, false, true},
-		{"OtherNonRetriable", kerr.InvalidPartitions, true, false},
-		{"ClientClosed", kgo.ErrClientClosed, false, true},
-		{"Dial", &net.OpError{Op: "dial", Err: errors.New("connection refused")}, false, true},
-		{"RecordTimeout", kgo.ErrRecordTimeout, false, false},
+		{"Retriable", kerr.NotLeaderForPartition, false, false, false},
+		{"Session", kerr.OutOfOrderSequenceNumber, false, false, false},
+		{"UnknownTopic", kerr.UnknownTopicOrPartition, false, true, true},
+		{"UnknownTopicID", kerr.UnknownTopicID, false, true, true},
+		{"TopicAuthorization", kerr.TopicAuthorizationFailed, false, true, false},
+		{"OtherNonRetriable", kerr.InvalidPartitions, true, false, false},
+		{"ClientClosed", kgo.ErrClientClosed, false, true, false},
+		{"Dial", &net.OpError{Op: "dial", Err: errors.New("connection refused")}, false, true, false},
+		{"RecordTimeout", kgo.ErrRecordTimeout, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -409,6 +411,7 @@ func TestClassify(t *testing.T) {
 			require.ErrorIs(t, err, tc.err)
 			require.Equal(t, tc.permanent, outbox.IsPermanent(err))
 			require.Equal(t, tc.unavailable, outbox.IsUnavailable(err))
+			require.Equal(t, tc.unroutable, outbox.IsUnroutable(err))
 		})
 	}
 	require.NoError(t, kafkapub.Classify(nil))

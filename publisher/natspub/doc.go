@@ -40,7 +40,9 @@
 // subject, an invalid header name. What hits the whole destination is marked
 // [outbox.Unavailable]: a connection closed or not connected, and a subject
 // that no stream captures (no responders), so the relay pauses instead of
-// spending every message's attempts. An acknowledgement that does not come
+// spending every message's attempts. That last is also marked
+// [outbox.Unroutable], which a router route with UnroutablePermanent turns
+// into Permanent (dead at once). An acknowledgement that does not come
 // before ctx ends is a plain error wrapping ctx.Err() (Unavailable when the
 // connection is down by then); the relay treats a batch that timed out as a
 // whole as unavailable.

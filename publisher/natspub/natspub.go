@@ -108,7 +108,8 @@ func (p *Publisher) Subject(m *outbox.Message) string { return p.cfg.subjectPref
 // payload or the stream's max message size, an invalid subject or header
 // name) is [outbox.Permanent]; a connection that is closed or not connected,
 // and a subject no stream captures (no responders, a misconfiguration that
-// hits every message), are [outbox.Unavailable]; a message still
+// hits every message), are [outbox.Unavailable], the latter also
+// [outbox.Unroutable]; a message still
 // unacknowledged when ctx ends gets an error wrapping ctx.Err(), marked
 // Unavailable when the connection is down by then. Such a message may still
 // be stored later; its id lets the stream or the consumer drop the copy.
@@ -264,6 +265,11 @@ func classify(err error) error {
 		errors.Is(err, nats.ErrBadSubject),
 		errors.Is(err, nats.ErrBadHeaderMsg):
 		return outbox.Permanent(wrapped)
+	case errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, jetstream.ErrNoStreamResponse):
+		// No stream for the subject yet: marked Unroutable too, so that a
+		// route that wants such a message dead can say so.
+		return outbox.Unavailable(outbox.Unroutable(wrapped))
 	case errors.Is(err, nats.ErrConnectionClosed),
 		errors.Is(err, nats.ErrConnectionDraining),
 		errors.Is(err, nats.ErrConnectionReconnecting),
@@ -271,8 +277,6 @@ func classify(err error) error {
 		errors.Is(err, nats.ErrReconnectBufExceeded),
 		errors.Is(err, nats.ErrInvalidConnection),
 		errors.Is(err, nats.ErrHeadersNotSupported),
-		errors.Is(err, nats.ErrNoResponders),
-		errors.Is(err, jetstream.ErrNoStreamResponse),
 		errors.Is(err, jetstream.ErrJetStreamNotEnabled),
 		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
 		return outbox.Unavailable(wrapped)

@@ -319,6 +319,8 @@ func TestNoStreamIsUnavailable(t *testing.T) {
 	require.Less(t, time.Since(start), 4*time.Second, "no responders should be reported, not waited out")
 	for _, err := range errs {
 		require.True(t, outbox.IsUnavailable(err), "want unavailable, got %v", err)
+		require.True(t, outbox.IsUnroutable(err), "no stream for the subject: unroutable, got %v", err)
+		require.False(t, outbox.IsPermanent(err), "retried, got %v", err)
 		require.True(t, errors.Is(err, jetstream.ErrNoStreamResponse), "got %v", err)
 	}
 }

@@ -44,6 +44,14 @@ type Route struct {
 	// matches. At most one route is the default, and it has no EventType
 	// or AggregateType.
 	Default bool
+	// UnroutablePermanent makes a message of this route that its publisher
+	// reports as unroutable ([outbox.IsUnroutable]: no queue bound to its
+	// routing key, no stream for its subject, an unknown topic) fail with
+	// [outbox.Permanent], so the relay marks it dead at its first attempt.
+	// Default: false, so such a message is retried with backoff up to the
+	// relay's attempt limit, and a destination created in the meantime (its
+	// consumer was being deployed) receives it.
+	UnroutablePermanent bool
 }
 
 // label names route i in errors.
@@ -81,11 +89,12 @@ var (
 )
 
 type compiled struct {
-	label     string
-	eventType string
-	aggType   string
-	pub       string
-	topic     *template.Template // nil keeps the message's destination
+	label          string
+	eventType      string
+	aggType        string
+	pub            string
+	topic          *template.Template // nil keeps the message's destination
+	unroutableDead bool
 }
 
 type config struct {
@@ -151,7 +160,8 @@ func New(routes []Route, publishers map[string]outbox.Publisher, opts ...Option)
 	r := &Router{pubs: maps.Clone(publishers)}
 	for i, rt := range routes {
 		label := rt.label(i)
-		c := compiled{label: label, eventType: rt.EventType, aggType: rt.AggregateType, pub: rt.Publisher}
+		c := compiled{label: label, eventType: rt.EventType, aggType: rt.AggregateType, pub: rt.Publisher,
+			unroutableDead: rt.UnroutablePermanent}
 		switch _, ok := publishers[rt.Publisher]; {
 		case rt.Publisher == "":
 			bad("%s: publisher is empty", label)
@@ -235,18 +245,28 @@ func execute(t *template.Template, m *outbox.Message) (string, error) {
 // [outbox.Permanent]: a [*NoRouteError], or a topic template that failed on
 // m). It does not change m.
 func (r *Router) Match(m *outbox.Message) (publisher, topic string, err error) {
-	c := r.match(m)
-	if c == nil {
-		return "", "", outbox.Permanent(&NoRouteError{EventType: m.EventType, AggregateType: m.AggregateType})
-	}
-	if c.topic == nil {
-		return c.pub, m.Destination(), nil
-	}
-	topic, err = execute(c.topic, m)
+	c, topic, err := r.route(m)
 	if err != nil {
-		return "", "", outbox.Permanent(fmt.Errorf("router: %s: topic template: %w", c.label, err))
+		return "", "", err
 	}
 	return c.pub, topic, nil
+}
+
+// route returns the route of m and its topic, or the reason m cannot be
+// routed, as Match does.
+func (r *Router) route(m *outbox.Message) (*compiled, string, error) {
+	c := r.match(m)
+	if c == nil {
+		return nil, "", outbox.Permanent(&NoRouteError{EventType: m.EventType, AggregateType: m.AggregateType})
+	}
+	if c.topic == nil {
+		return c, m.Destination(), nil
+	}
+	topic, err := execute(c.topic, m)
+	if err != nil {
+		return nil, "", outbox.Permanent(fmt.Errorf("router: %s: topic template: %w", c.label, err))
+	}
+	return c, topic, nil
 }
 
 // match returns the route of m: the first that matches, else the default, else nil.
@@ -272,10 +292,11 @@ func glob(pattern, s string) bool {
 
 // group is the part of a batch that goes to one publisher.
 type group struct {
-	pub  outbox.Publisher
-	name string
-	msgs []*outbox.Message
-	idx  []int // positions in the caller's batch
+	pub    outbox.Publisher
+	name   string
+	msgs   []*outbox.Message
+	idx    []int       // positions in the caller's batch
+	routes []*compiled // the route of each message
 }
 
 // Publish routes every message, publishes each publisher's share of the
@@ -287,7 +308,9 @@ type group struct {
 // caller's with Topic set; the caller's message is not changed. A message
 // that matches no route, or whose template fails, gets an error marked
 // [outbox.Permanent] without being sent, so the relay marks it dead with
-// that reason; it is never dropped.
+// that reason; it is never dropped. A message its publisher reports as
+// unroutable gets that error as is (retried), or marked [outbox.Permanent]
+// when its route sets [Route.UnroutablePermanent].
 func (r *Router) Publish(ctx context.Context, msgs []*outbox.Message) []error {
 	errs := make([]error, len(msgs))
 	groups := make(map[string]*group)
@@ -297,11 +320,12 @@ func (r *Router) Publish(ctx context.Context, msgs []*outbox.Message) []error {
 			errs[i] = outbox.Permanent(errors.New("router: nil message"))
 			continue
 		}
-		name, topic, err := r.Match(m)
+		c, topic, err := r.route(m)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
+		name := c.pub
 		send := m
 		if topic != m.Destination() {
 			c := *m
@@ -316,6 +340,7 @@ func (r *Router) Publish(ctx context.Context, msgs []*outbox.Message) []error {
 		}
 		g.msgs = append(g.msgs, send)
 		g.idx = append(g.idx, i)
+		g.routes = append(g.routes, c)
 	}
 
 	publish := func(g *group) {
@@ -325,6 +350,9 @@ func (r *Router) Publish(ctx context.Context, msgs []*outbox.Message) []error {
 				fmt.Errorf("router: publisher %q returned %d results for %d messages", g.name, len(res), len(g.msgs)))
 		}
 		for j, err := range res {
+			if c := g.routes[j]; c.unroutableDead && outbox.IsUnroutable(err) && !outbox.IsPermanent(err) {
+				err = outbox.Permanent(fmt.Errorf("router: %s: unroutable is permanent on this route: %w", c.label, err))
+			}
 			errs[g.idx[j]] = err // each group writes its own positions
 		}
 	}

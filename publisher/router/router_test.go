@@ -200,6 +200,50 @@ func TestNoRouteIsPermanentWithReason(t *testing.T) {
 	require.Equal(t, []string{msgs[0].MessageID, msgs[2].MessageID}, ids(rec.sent()), "the unroutable one is not sent")
 }
 
+// Two routes to one publisher, which reports every message unroutable: the
+// strict route's messages become permanent, the other's stay retryable, and
+// other errors are left as they are.
+func TestUnroutablePermanentPerRoute(t *testing.T) {
+	t.Parallel()
+	other := errors.New("nacked")
+	rabbit := &recorder{result: func(msgs []*outbox.Message) []error {
+		errs := make([]error, len(msgs))
+		for i, m := range msgs {
+			errs[i] = outbox.Unroutable(errors.New("amqppub: unroutable: 312 NO_ROUTE"))
+			if m.AggregateID == "nack" {
+				errs[i] = other
+			}
+		}
+		return errs
+	}}
+	r, err := router.New([]router.Route{
+		{Name: "strict", EventType: "PAYMENT_*", Publisher: "rabbit", UnroutablePermanent: true},
+		{Name: "lenient", Publisher: "rabbit", Default: true},
+	}, map[string]outbox.Publisher{"rabbit": rabbit})
+	require.NoError(t, err)
+
+	nack := msg("PAYMENT_NACKED", "payment")
+	nack.AggregateID = "nack"
+	errs := r.Publish(t.Context(), []*outbox.Message{msg("ORDER_PAID", "order"), msg("PAYMENT_TAKEN", "payment"), nack})
+	require.Len(t, errs, 3)
+	for _, tc := range []struct {
+		name                  string
+		err                   error
+		unroutable, permanent bool
+	}{
+		{"LenientRouteRetries", errs[0], true, false},
+		{"StrictRouteIsDead", errs[1], true, true},
+		{"OtherErrorsUntouched", errs[2], false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.unroutable, outbox.IsUnroutable(tc.err), "%v", tc.err)
+			require.Equal(t, tc.permanent, outbox.IsPermanent(tc.err), "%v", tc.err)
+		})
+	}
+	require.EqualError(t, errs[1], "router: route 1 (strict): unroutable is permanent on this route: amqppub: unroutable: 312 NO_ROUTE")
+	require.Same(t, other, errs[2])
+}
+
 func TestPublishGroupsAndMapsResultsBack(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("kafka said no")
