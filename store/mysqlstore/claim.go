@@ -33,8 +33,10 @@ import (
 //
 // With p.Ordered only the head of each aggregate is claimed: a row none of
 // whose earlier rows (same aggregate_type and aggregate_id) is pending, or
-// dead when p.BlockOnDead. Rows that cannot be decoded come back in
-// Claim.Malformed.
+// dead when p.BlockOnDead. Rows that cannot be decoded, and rows whose
+// retry_count reached the most attempts an INT counts (2147483647), come
+// back in Claim.Malformed, each error naming the row; a NULL or negative
+// retry_count counts as 0.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
 	if p.Limit < 1 {
 		return nil, fmt.Errorf("mysqlstore: claim: limit %d is less than 1", p.Limit)
@@ -87,10 +89,10 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, rechec
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var id, retries int64
+			var id, attempt int64
 			vals := make([]any, len(sel))
 			ptrs := make([]any, len(sel)+2)
-			ptrs[0], ptrs[1] = &id, &retries
+			ptrs[0], ptrs[1] = &id, &attempt
 			for i := range vals {
 				ptrs[i+2] = &vals[i]
 			}
@@ -106,8 +108,12 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, rechec
 			taken[id] = true
 			ids = append(ids, id)
 			m, err := decodeRow(sel, vals)
-			m.RowID, m.Attempt = id, int(retries)+1
+			m.RowID, m.Attempt = id, int(attempt)
+			if attempt >= maxAttempt {
+				err = errors.Join(err, fmt.Errorf("retry_count reached %d, the most attempts a claim counts", maxAttempt))
+			}
 			if err != nil {
+				err = fmt.Errorf("mysqlstore: row %d: %w", id, err)
 				c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: m, Err: err})
 				continue
 			}
@@ -187,8 +193,23 @@ func (s *Store) leaseSQL(info tableInfo) string {
 	if info.pkID {
 		t += " FORCE INDEX (PRIMARY)"
 	}
-	return "UPDATE " + t + " SET retry_count = COALESCE(retry_count, 0) + 1," +
+	return "UPDATE " + t + " SET retry_count = " + nextAttempt("retry_count") + "," +
 		" next_retry_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, updated_at = UTC_TIMESTAMP(6)"
+}
+
+// maxAttempt is the most attempts a claim counts: retry_count is an INT, so
+// a row whose count reached it (written by another program, or a BIGINT
+// column's larger value) is handed out with this attempt, its count left at
+// it, and reported malformed, instead of overflowing the claim's UPDATE,
+// which would fail every claim.
+const maxAttempt = math.MaxInt32
+
+// nextAttempt is the SQL of the attempt a claim hands out for a row whose
+// retry_count is col, and writes as its retry_count: the attempts made so
+// far, with NULL and negative counts taken as 0 and counts past
+// maxAttempt - 1 as maxAttempt - 1, plus one. It never overflows an INT.
+func nextAttempt(col string) string {
+	return fmt.Sprintf("CAST(LEAST(GREATEST(COALESCE(%s, 0), 0), %d) AS SIGNED) + 1", col, maxAttempt-1)
 }
 
 // The columns a claim decodes, after id and retry_count; the optional ones
@@ -228,7 +249,7 @@ func (s *Store) claimSQL(info tableInfo, p outbox.ClaimParams) (string, []string
 		cols[i] = "c." + c
 	}
 	var b strings.Builder
-	b.WriteString("SELECT c.id, COALESCE(c.retry_count, 0), " + strings.Join(cols, ", ") + " FROM " + t + " AS c")
+	b.WriteString("SELECT c.id, " + nextAttempt("c.retry_count") + ", " + strings.Join(cols, ", ") + " FROM " + t + " AS c")
 	if info.claimIndex != "" {
 		b.WriteString(" FORCE INDEX (" + quoteIdent(info.claimIndex) + ")")
 	}

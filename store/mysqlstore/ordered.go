@@ -66,7 +66,7 @@ func (s *Store) orderedClaimSQL(info tableInfo, p outbox.ClaimParams, sel []stri
 	for i, c := range sel {
 		cols[i] = "c." + c
 	}
-	selectCols := "SELECT c.id, COALESCE(c.retry_count, 0), " + strings.Join(cols, ", ")
+	selectCols := "SELECT c.id, " + nextAttempt("c.retry_count") + ", " + strings.Join(cols, ", ")
 	head := selectCols + " FROM " + t + " AS c"
 	blocking := "0"
 	walk := head + claimIdx + " WHERE c.status = 0 AND " + fmt.Sprintf(due, "c") + " AND c.id <= ?" +

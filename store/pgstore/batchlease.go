@@ -147,16 +147,16 @@ func buildLeaseQueries(q *queries, table, lease, lastErr, async string) {
 	DELETE FROM %[2]s WHERE expires_at <= now() OR cardinality(ids) = 0
 	RETURNING ids, expires_at <= now() AS expired
 )
-UPDATE %[1]s AS o SET retry_count = o.retry_count + 1, updated_at = now()
+UPDATE %[1]s AS o SET retry_count = %[3]s, updated_at = now()
 FROM (SELECT DISTINCT unnest(x.ids) AS id FROM x WHERE x.expired) AS r
-WHERE o.id = r.id AND o.status = 0`, table, lease)
+WHERE o.id = r.id AND o.status = 0`, table, lease, nextAttempt("o.retry_count"))
 	for i, head := range []string{
 		"\n\t  AND o.id > $3 AND o.id <= $4", // unordered: the ids (lo, hi] of claimCursor
 		"\n\t  AND NOT EXISTS (SELECT 1 FROM %[1]s AS p WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id AND p.id < o.id AND p.status = 0)",
 		"\n\t  AND NOT EXISTS (SELECT 1 FROM %[1]s AS p WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id AND p.id < o.id AND p.status IN (0, 2))",
 	} {
 		l.claim[i] = fmt.Sprintf(`WITH c AS (
-	SELECT o.id, COALESCE(o.retry_count, 0) + 1 AS attempt, %[3]s
+	SELECT o.id, %[4]s AS attempt, %[3]s
 	FROM %[1]s AS o
 	WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
 	  AND o.id NOT IN (SELECT unnest(l.ids) FROM %[2]s AS l)`+head+`
@@ -166,7 +166,7 @@ WHERE o.id = r.id AND o.status = 0`, table, lease)
 	INSERT INTO %[2]s (ids, expires_at)
 	SELECT array_agg(c.id), now() + $2::bigint * interval '1 microsecond' FROM c HAVING count(*) > 0
 )
-SELECT * FROM c`, table, lease, q.dataColumns)
+SELECT * FROM c`, table, lease, q.dataColumns, nextAttempt("o.retry_count"))
 	}
 	q.lease = l
 
@@ -176,12 +176,12 @@ SELECT * FROM c`, table, lease, q.dataColumns)
 	settled := func(args string) string {
 		return fmt.Sprintf(`WITH f AS (
 	SELECT o.id FROM %[1]s AS o JOIN %[3]s ON o.id = a.id
-	WHERE COALESCE(o.retry_count, 0) = a.attempt - 1 AND o.status = 0
+	WHERE %[4]s = a.attempt - 1 AND o.status = 0
 ), l AS (
 	UPDATE %[2]s AS l SET ids = ARRAY(SELECT x FROM unnest(l.ids) AS x WHERE x NOT IN (SELECT id FROM f))
 	WHERE l.ids && ARRAY(SELECT id FROM f)
 )
-`, table, lease, args)
+`, table, lease, args, counted("o.retry_count"))
 	}
 	d := buildDeferred(table, lastErr, async)
 	q.ack = settled(argsFence) + d.ack
@@ -206,7 +206,7 @@ type deferredQueries struct {
 }
 
 func buildDeferred(table, lastErr, async string) deferredQueries {
-	fence := "o.id = a.id AND COALESCE(o.retry_count, 0) = a.attempt - 1 AND o.status = 0" + async
+	fence := "o.id = a.id AND " + counted("o.retry_count") + " = a.attempt - 1 AND o.status = 0" + async
 	return deferredQueries{
 		ack: fmt.Sprintf(`UPDATE %s AS o SET status = 1, retry_count = a.attempt, updated_at = now()
 FROM %s

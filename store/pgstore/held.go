@@ -60,14 +60,14 @@ func buildHeldQueries(table, dataColumns, lastErr, async string) *heldQueries {
 	return &heldQueries{
 		due: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s AS o
 	WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now()))`, table),
-		claim: fmt.Sprintf(`SELECT o.id, COALESCE(o.retry_count, 0) + 1, %s
+		claim: fmt.Sprintf(`SELECT o.id, %s, %s
 FROM %s AS o
 WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now()) AND o.id > $2 AND o.id <= $3%s
 ORDER BY o.id
 LIMIT $1
-FOR UPDATE SKIP LOCKED`, dataColumns, table, async),
-		ack: fmt.Sprintf(`UPDATE %s AS o SET status = 1, retry_count = COALESCE(o.retry_count, 0) + 1, updated_at = now()
-WHERE o.id = ANY($1::bigint[])`, table),
+FOR UPDATE SKIP LOCKED`, nextAttempt("o.retry_count"), dataColumns, table, async),
+		ack: fmt.Sprintf(`UPDATE %s AS o SET status = 1, retry_count = %s, updated_at = now()
+WHERE o.id = ANY($1::bigint[])`, table, nextAttempt("o.retry_count")),
 		del:      fmt.Sprintf(`DELETE FROM %s AS o WHERE o.id = ANY($1::bigint[])`, table),
 		deferred: buildDeferred(table, lastErr, async),
 	}

@@ -95,12 +95,12 @@ func buildOrderedQueries(table string, q *queries, async string) [2]orderedQueri
 	var out [2]orderedQueries
 	for i, blocking := range []string{"0", "0, 2"} {
 		update := fmt.Sprintf(`UPDATE %[1]s AS o
-SET retry_count = COALESCE(o.retry_count, 0) + 1,
+SET retry_count = %[3]s,
 	next_retry_at = now() + $2::bigint * interval '1 microsecond',
 	updated_at = now()
 FROM c
 WHERE o.id = c.id
-RETURNING %[2]s`, table, q.columnList)
+RETURNING %[2]s`, table, q.columnList, nextAttempt("o.retry_count"))
 		// The walk probes only the first row of each aggregate in the window:
 		// a later row of the same aggregate there is never a head, since that
 		// first row is pending before it. With a few aggregates holding a deep

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 )
@@ -32,6 +33,25 @@ type queries struct {
 	kill         string
 	stats        string
 }
+
+// maxAttempt is the most attempts a claim counts: retry_count is an integer
+// column (int4), so a row whose count reached it (written by another program,
+// or a bigint column's larger value) is handed out with this attempt, its
+// count left at it, and reported malformed (claimedRow.message), instead of
+// overflowing the claim statement, which would fail every claim.
+const maxAttempt = math.MaxInt32
+
+// counted is the SQL of the attempts a row's retry_count says were made,
+// within what a claim counts: NULL and negative counts are 0, and counts at
+// or past maxAttempt - 1 are maxAttempt - 1, so that nextAttempt never
+// overflows an integer.
+func counted(col string) string {
+	return fmt.Sprintf("LEAST(GREATEST(COALESCE(%s, 0), 0), %d)::integer", col, maxAttempt-1)
+}
+
+// nextAttempt is the SQL of the attempt a claim hands out for a row, and
+// writes as its retry_count: counted + 1, at most maxAttempt.
+func nextAttempt(col string) string { return counted(col) + " + 1" }
 
 const (
 	claimUnordered = iota
@@ -144,12 +164,12 @@ ORDER BY m.ord`, table, strings.Join(names, ", "), strings.Join(exprs, ", "))
 	FOR UPDATE SKIP LOCKED
 )
 UPDATE %[1]s AS o
-SET retry_count = COALESCE(o.retry_count, 0) + 1,
+SET retry_count = %[3]s,
 	next_retry_at = now() + $2::bigint * interval '1 microsecond',
 	updated_at = now()
 FROM c
 WHERE o.id = c.id
-RETURNING %[2]s`, table, q.columnList)
+RETURNING %[2]s`, table, q.columnList, nextAttempt("o.retry_count"))
 	}
 
 	// The fence every later statement shares: the row is still pending and

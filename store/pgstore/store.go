@@ -25,9 +25,10 @@ const maxErrorLength = 4096
 // p.Lease, in one statement. With p.Ordered it takes only rows that have no
 // earlier pending row (or dead row, with p.BlockOnDead) of the same
 // aggregate_type and aggregate_id. Rows with a NULL or empty required
-// column, text that is not valid UTF-8, a payload that is not JSON or
-// headers that are not a JSON object of strings come back in
-// Claim.Malformed.
+// column, text that is not valid UTF-8, a payload that is not JSON,
+// headers that are not a JSON object of strings, or a retry_count that
+// reached the most attempts an integer counts (2147483647) come back in
+// Claim.Malformed. A NULL or negative retry_count counts as 0.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
 	c, err := s.claim(ctx, p)
 	if c != nil {
@@ -165,6 +166,9 @@ func (r *claimedRow) message() (*outbox.Message, error) {
 		if err := decodeHeaders(r.headers.String, &m.Headers); err != nil {
 			bad = append(bad, "headers are not a JSON object of strings: "+err.Error())
 		}
+	}
+	if r.attempt >= maxAttempt {
+		bad = append(bad, fmt.Sprintf("retry_count reached %d, the most attempts a claim counts", maxAttempt))
 	}
 	if len(bad) > 0 {
 		return m, fmt.Errorf("pgstore: row %d: %s", r.id, strings.Join(bad, ", "))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,8 +28,10 @@ import (
 // SQLite can read (so that a row with a garbled time is retried, not stuck).
 // With p.Ordered only the head of each aggregate is claimed: a row none of
 // whose earlier rows (same aggregate_type and aggregate_id) is pending, or
-// dead when p.BlockOnDead. Rows that cannot be decoded come back in
-// Claim.Malformed.
+// dead when p.BlockOnDead. Rows that cannot be decoded, and rows whose
+// retry_count reached the most attempts an INT counts (2147483647), come
+// back in Claim.Malformed, each error naming the row; a retry_count that is
+// NULL, negative or not a number counts as 0.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
 	if p.Limit < 1 {
 		return nil, fmt.Errorf("sqlitestore: claim: limit %d is less than 1", p.Limit)
@@ -147,8 +150,7 @@ func (s *Store) claimSQL(cols columns, p outbox.ClaimParams) (string, []string) 
 	t := s.table.quoted()
 	sel := selectColumns(cols)
 	var b strings.Builder
-	b.WriteString("UPDATE " + t + " SET retry_count = COALESCE(retry_count, 0) + 1, next_retry_at = ?1, updated_at = ?2")
-	b.WriteString(" WHERE id IN (SELECT c.id FROM " + t + " AS c")
+	b.WriteString(claimUpdate(t) + " WHERE id IN (SELECT c.id FROM " + t + " AS c")
 	if cols.pendingIndex {
 		// Left to itself the planner prefers the covering (status,
 		// next_retry_at) index and sorts every pending row by id.
@@ -167,6 +169,23 @@ func (s *Store) claimSQL(cols columns, p outbox.ClaimParams) (string, []string) 
 	return b.String(), sel
 }
 
+// maxAttempt is the most attempts a claim counts, an INT's largest value
+// (the contract's type for retry_count): a row whose count reached it
+// (written by another program) is handed out with this attempt, its count
+// left at it, and reported malformed, so that it goes dead.
+const maxAttempt = math.MaxInt32
+
+// claimUpdate is the start of a claim statement on the quoted table t: it
+// counts the attempt and leases the row until ?1, at ?2 (now). The attempt
+// is the count of attempts made so far plus one, where a count that is
+// NULL, negative or not a number is taken as 0 and one past maxAttempt - 1
+// (a huge integer, which adding one would turn into a REAL) as
+// maxAttempt - 1, so that the count stays an integer the fence can match.
+func claimUpdate(t string) string {
+	return fmt.Sprintf("UPDATE %s SET retry_count = MIN(MAX(CAST(COALESCE(retry_count, 0) AS INTEGER), 0), %d) + 1,"+
+		" next_retry_at = ?1, updated_at = ?2", t, maxAttempt-1)
+}
+
 // decodeRow turns a claimed row into a Message. On failure it returns the
 // Message with what could be read (always RowID and Attempt) and an error
 // naming every bad column.
@@ -181,6 +200,9 @@ func decodeRow(sel []string, vals []any) (*outbox.Message, error) {
 		case colRetryCount:
 			n, _ := v.(int64)
 			m.Attempt = int(n)
+			if n >= maxAttempt {
+				errs = append(errs, fmt.Errorf("retry_count reached %d, the most attempts a claim counts", maxAttempt))
+			}
 		case colMessageID:
 			m.MessageID = required(col, v, &errs)
 		case colAggregateType:
@@ -209,7 +231,10 @@ func decodeRow(sel []string, vals []any) (*outbox.Message, error) {
 			m.Headers = h
 		}
 	}
-	return m, errors.Join(errs...)
+	if len(errs) > 0 {
+		return m, fmt.Errorf("sqlitestore: row %d: %w", m.RowID, errors.Join(errs...))
+	}
+	return m, nil
 }
 
 // text reads a text column scanned into an any. ok is false for NULL.

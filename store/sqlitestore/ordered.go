@@ -71,8 +71,7 @@ func (s *Store) orderedClaimSQL(cols columns, p outbox.ClaimParams, sel []string
 		onHead += " AND h.status = 0"
 	}
 	const due = "c.status = 0 AND COALESCE(julianday(c.next_retry_at, 'auto'), 0) <= julianday(?2)"
-	update := "UPDATE " + t + " SET retry_count = COALESCE(retry_count, 0) + 1, next_retry_at = ?1, updated_at = ?2" +
-		" WHERE id IN (SELECT c.id FROM " + t + " AS c"
+	update := claimUpdate(t) + " WHERE id IN (SELECT c.id FROM " + t + " AS c"
 	returning := " ORDER BY c.id LIMIT ?3) RETURNING " + strings.Join(sel, ", ")
 	window := func(offset string) string {
 		return "SELECT w.id FROM " + t + " AS w" + pending + " WHERE " + strings.ReplaceAll(due, "c.", "w.") +

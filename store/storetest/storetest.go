@@ -118,6 +118,7 @@ func Run(t *testing.T, h Harness) {
 		{"DuplicateMessageIDFails", s.duplicateMessageID},
 		{"MalformedRowsCanBeKilled", s.malformed},
 		{"ContractOnlyTable", s.contractOnly},
+		{"HostileRowsDoNotStopDelivery", s.hostile},
 		{"AdminListDead", s.adminListDead},
 		{"AdminRetryDead", s.adminRetryDead},
 		{"AdminDiscardDead", s.adminDiscardDead},
