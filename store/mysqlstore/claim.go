@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
 // Claim takes up to p.Limit due pending rows in id order that no other
@@ -79,6 +80,7 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, rechec
 	c := &outbox.Claim{}
 	var ids []any
 	taken := map[int64]bool{}
+	maxPayload, payloadAt := rowcheck.PayloadLimit(p.MaxPayload), slices.Index(sel, colPayload)
 	// read runs a locking SELECT and keeps the rows it has not taken yet, up
 	// to the limit. With extra, each row ends with one more column, scanned
 	// into it (the same in every row).
@@ -107,13 +109,13 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, rechec
 			}
 			taken[id] = true
 			ids = append(ids, id)
+			tooLarge := maxPayload > 0 && rowcheck.Len(vals[payloadAt]) > maxPayload
+			if tooLarge {
+				vals[payloadAt] = "{}" // read only in part (claimColumns)
+			}
 			m, err := decodeRow(sel, vals)
 			m.RowID, m.Attempt = id, int(attempt)
-			if attempt >= maxAttempt {
-				err = errors.Join(err, fmt.Errorf("retry_count reached %d, the most attempts a claim counts", maxAttempt))
-			}
-			if err != nil {
-				err = fmt.Errorf("mysqlstore: row %d: %w", id, err)
+			if err := rowcheck.RowError("mysqlstore", m, err, tooLarge, maxPayload); err != nil {
 				c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: m, Err: err})
 				continue
 			}
@@ -169,6 +171,7 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, rechec
 			return nil, err
 		}
 	}
+	rowcheck.ReadSizes(ctx, tx, "SELECT id, LENGTH(payload) FROM "+s.table.quoted()+" WHERE id IN (%s)", c.Malformed)
 	for lo := 0; lo < len(ids); lo += s.chunk {
 		chunk := ids[lo:min(lo+s.chunk, len(ids))]
 		args := append([]any{p.Lease.Microseconds()}, chunk...)
@@ -197,19 +200,32 @@ func (s *Store) leaseSQL(info tableInfo) string {
 		" next_retry_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, updated_at = UTC_TIMESTAMP(6)"
 }
 
-// maxAttempt is the most attempts a claim counts: retry_count is an INT, so
-// a row whose count reached it (written by another program, or a BIGINT
-// column's larger value) is handed out with this attempt, its count left at
-// it, and reported malformed, instead of overflowing the claim's UPDATE,
-// which would fail every claim.
-const maxAttempt = math.MaxInt32
-
 // nextAttempt is the SQL of the attempt a claim hands out for a row whose
 // retry_count is col, and writes as its retry_count: the attempts made so
 // far, with NULL and negative counts taken as 0 and counts past
-// maxAttempt - 1 as maxAttempt - 1, plus one. It never overflows an INT.
+// rowcheck.MaxAttempt - 1 (an INT's limit, or a BIGINT column's larger
+// value) as rowcheck.MaxAttempt - 1, plus one. It never overflows an INT,
+// which would fail every claim; a row handed out with rowcheck.MaxAttempt
+// comes back malformed.
 func nextAttempt(col string) string {
-	return fmt.Sprintf("CAST(LEAST(GREATEST(COALESCE(%s, 0), 0), %d) AS SIGNED) + 1", col, maxAttempt-1)
+	return fmt.Sprintf("CAST(LEAST(GREATEST(COALESCE(%s, 0), 0), %d) AS SIGNED) + 1", col, rowcheck.MaxAttempt-1)
+}
+
+// claimColumns is the select list of the columns sel of the table aliased
+// c. With a payload limit (above 0), it reads at most limit + 1 characters
+// of the payload: all of a payload within the limit (a character takes at
+// least a byte), and enough of a larger one to tell, so that a claim never
+// reads a huge payload (the claim then reads its size on its own). The
+// limit is an integer, not text from outside.
+func claimColumns(sel []string, maxPayload int) string {
+	cols := make([]string, len(sel))
+	for i, col := range sel {
+		cols[i] = "c." + col
+		if col == colPayload && maxPayload > 0 {
+			cols[i] = "LEFT(c.payload, " + strconv.Itoa(maxPayload+1) + ")"
+		}
+	}
+	return strings.Join(cols, ", ")
 }
 
 // The columns a claim decodes, after id and retry_count; the optional ones
@@ -244,12 +260,9 @@ func selectColumns(info tableInfo) []string {
 func (s *Store) claimSQL(info tableInfo, p outbox.ClaimParams) (string, []string) {
 	t := s.table.quoted()
 	sel := selectColumns(info)
-	cols := make([]string, len(sel))
-	for i, c := range sel {
-		cols[i] = "c." + c
-	}
 	var b strings.Builder
-	b.WriteString("SELECT c.id, " + nextAttempt("c.retry_count") + ", " + strings.Join(cols, ", ") + " FROM " + t + " AS c")
+	b.WriteString("SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)) +
+		" FROM " + t + " AS c")
 	if info.claimIndex != "" {
 		b.WriteString(" FORCE INDEX (" + quoteIdent(info.claimIndex) + ")")
 	}

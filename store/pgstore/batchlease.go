@@ -53,7 +53,7 @@ const leaseDDL = `CREATE TABLE IF NOT EXISTS %s (
 type leaseQueries struct {
 	lockKey int64     // the advisory lock claims take turns on
 	recover string    // counts the attempts of expired leases and drops them
-	claim   [3]string // unordered, ordered, ordered with dead rows blocking; $1 limit, $2 lease µs
+	claim   [3]string // unordered, ordered, ordered with dead rows blocking; $1 limit, $2 lease µs, ...
 }
 
 // leaseTable returns the quoted name of the side table, in the table's
@@ -167,6 +167,7 @@ WHERE o.id = r.id AND o.status = 0`, table, lease, nextAttempt("o.retry_count"))
 	SELECT array_agg(c.id), now() + $2::bigint * interval '1 microsecond' FROM c HAVING count(*) > 0
 )
 SELECT * FROM c`, table, lease, q.dataColumns, nextAttempt("o.retry_count"))
+		l.claim[i] = payloadParam(l.claim[i], claimPayloadParam(i))
 	}
 	q.lease = l
 
@@ -252,10 +253,11 @@ func (s *Store) leaseBatch(ctx context.Context, q *queries, p outbox.ClaimParams
 	}
 	b.Queue("SELECT pg_advisory_xact_lock($1)", q.lease.lockKey)
 	b.Queue(q.lease.recover)
-	b.Queue(q.lease.claim[mode], append([]any{limit, p.Lease.Microseconds()}, ids...)...)
+	mp := payloadLimit(p.MaxPayload)
+	b.Queue(q.lease.claim[mode], append(append([]any{limit, p.Lease.Microseconds()}, ids...), mp)...)
 	b.Queue("COMMIT")
 	br := s.pool.SendBatch(ctx, b)
-	claim, err := readLeasedClaim(br, q, b.Len())
+	claim, err := readLeasedClaim(br, q, mp, b.Len())
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -272,13 +274,13 @@ func (s *Store) leaseBatch(ctx context.Context, q *queries, p outbox.ClaimParams
 
 // readLeasedClaim reads the results of claimLeased's batch of n statements:
 // the claim is the one before the last (COMMIT).
-func readLeasedClaim(br pgx.BatchResults, q *queries, n int) (*outbox.Claim, error) {
+func readLeasedClaim(br pgx.BatchResults, q *queries, maxPayload int32, n int) (*outbox.Claim, error) {
 	for range n - 2 {
 		if _, err := br.Exec(); err != nil {
 			return nil, err
 		}
 	}
-	claim, err := scanClaim(br, q)
+	claim, err := scanClaim(br, q, maxPayload)
 	if err != nil {
 		return nil, err
 	}
@@ -288,21 +290,23 @@ func readLeasedClaim(br pgx.BatchResults, q *queries, n int) (*outbox.Claim, err
 	return claim, nil
 }
 
-// scanClaim reads the next result of br, a claim's rows.
-func scanClaim(br pgx.BatchResults, q *queries) (*outbox.Claim, error) {
+// scanClaim reads the next result of br, a claim's rows, read with the
+// payload limit maxPayload.
+func scanClaim(br pgx.BatchResults, q *queries, maxPayload int32) (*outbox.Claim, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
 	claim := &outbox.Claim{}
-	return claim, scanClaimRows(rows, q, claim)
+	return claim, scanClaimRows(rows, q, maxPayload, claim)
 }
 
-// scanClaimRows reads a claim statement's rows into claim, and closes them.
-func scanClaimRows(rows pgx.Rows, q *queries, claim *outbox.Claim) error {
+// scanClaimRows reads a claim statement's rows, read with the payload limit
+// maxPayload, into claim, and closes them.
+func scanClaimRows(rows pgx.Rows, q *queries, maxPayload int32, claim *outbox.Claim) error {
 	defer rows.Close()
 	var r claimedRow
-	dest := r.dest(q)
+	dest := r.dest(q, maxPayload)
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			return fmt.Errorf("read row: %w", err)

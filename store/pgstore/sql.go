@@ -2,9 +2,11 @@ package pgstore
 
 import (
 	"fmt"
-	"math"
 	"sort"
+	"strconv"
 	"strings"
+
+	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
 // contractColumns are the columns every table must have (shared/DESIGN.md).
@@ -34,23 +36,18 @@ type queries struct {
 	stats        string
 }
 
-// maxAttempt is the most attempts a claim counts: retry_count is an integer
-// column (int4), so a row whose count reached it (written by another program,
-// or a bigint column's larger value) is handed out with this attempt, its
-// count left at it, and reported malformed (claimedRow.message), instead of
-// overflowing the claim statement, which would fail every claim.
-const maxAttempt = math.MaxInt32
-
 // counted is the SQL of the attempts a row's retry_count says were made,
 // within what a claim counts: NULL and negative counts are 0, and counts at
-// or past maxAttempt - 1 are maxAttempt - 1, so that nextAttempt never
-// overflows an integer.
+// or past rowcheck.MaxAttempt - 1 (an integer column's limit, or a bigint
+// column's larger value) are rowcheck.MaxAttempt - 1, so that nextAttempt
+// never overflows an integer, which would fail every claim.
 func counted(col string) string {
-	return fmt.Sprintf("LEAST(GREATEST(COALESCE(%s, 0), 0), %d)::integer", col, maxAttempt-1)
+	return fmt.Sprintf("LEAST(GREATEST(COALESCE(%s, 0), 0), %d)::integer", col, rowcheck.MaxAttempt-1)
 }
 
 // nextAttempt is the SQL of the attempt a claim hands out for a row, and
-// writes as its retry_count: counted + 1, at most maxAttempt.
+// writes as its retry_count: counted + 1, at most rowcheck.MaxAttempt (a row
+// handed out with it comes back malformed, claimedRow.message).
 func nextAttempt(col string) string { return counted(col) + " + 1" }
 
 const (
@@ -58,6 +55,38 @@ const (
 	claimOrdered
 	claimOrderedBlockOnDead
 )
+
+// claimPayloadParam is the number of the parameter that carries the payload
+// limit in claim statement i (of claim or the batch leases' claim): after
+// the limit, the lease and, unordered, the range of ids.
+func claimPayloadParam(i int) int {
+	if i == claimUnordered {
+		return 5
+	}
+	return 3
+}
+
+// maxPayloadParam stands, in the claimed columns (columnList, dataColumns),
+// for the parameter that carries the claim's payload limit, which each
+// statement numbers its own way (payloadParam puts the number in).
+const maxPayloadParam = "$max_payload"
+
+// payloadColumn reads the payload as text; with a payload limit (the
+// parameter is above 0), at most limit + 1 characters of it. That is all of
+// a payload within the limit (a character takes at least a byte) and enough
+// of a larger one to tell that it is larger, so a claim never reads a huge
+// payload: it reports the row (rowcheck.TooLarge) and its size is read on its
+// own (readPayloadSizes).
+const payloadColumn = "CASE WHEN " + maxPayloadParam + "::integer > 0 THEN left(o.payload::text, " +
+	maxPayloadParam + "::integer + 1) ELSE o.payload::text END"
+
+// payloadParam numbers the payload limit's parameter of sql: $n.
+func payloadParam(sql string, n int) string {
+	return strings.ReplaceAll(sql, maxPayloadParam, "$"+strconv.Itoa(n))
+}
+
+// payloadLimit is ClaimParams.MaxPayload as the parameter of payloadColumn.
+func payloadLimit(n int) int32 { return int32(rowcheck.PayloadLimit(n)) }
 
 // jsonCast returns the cast that turns a text parameter into the column's type.
 func jsonCast(col, typ string) (string, error) {
@@ -138,7 +167,7 @@ ORDER BY m.ord`, table, strings.Join(names, ", "), strings.Join(exprs, ", "))
 	// attempt and lease them, all in one statement (one implicit transaction).
 	returning := []string{
 		"o.id", "COALESCE(o.retry_count, 0)", "o.message_id::text", "o.aggregate_type::text", "o.aggregate_id::text",
-		"o.event_type::text", "o.payload::text", "o.created_at::timestamptz",
+		"o.event_type::text", payloadColumn, "o.created_at::timestamptz",
 	}
 	if q.headers {
 		returning = append(returning, "o.headers::text")
@@ -170,6 +199,7 @@ SET retry_count = %[3]s,
 FROM c
 WHERE o.id = c.id
 RETURNING %[2]s`, table, q.columnList, nextAttempt("o.retry_count"))
+		q.claim[i] = payloadParam(q.claim[i], claimPayloadParam(i))
 	}
 
 	// The fence every later statement shares: the row is still pending and

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -316,4 +317,74 @@ func (s *suite) loose(t *testing.T) *fx {
 	f.exec("DROP TABLE {t}")
 	f.exec(looseDDL[s.h.Dialect])
 	return f
+}
+
+// oversized plants rows whose payloads are far over the relay's payload
+// limit between good rows, and has a relay with a limit of 1 KiB drain the
+// table: the big rows must go dead with their size in the reason, the good
+// ones be delivered, and the claim must not read the big payloads (the
+// relay allocates far less than their total size).
+func (s *suite) oversized(t *testing.T) {
+	f := s.fresh(t)
+	const (
+		rows  = 8
+		size  = 8 << 20 // bytes of each big payload, a JSON string
+		limit = 1 << 10
+	)
+	big := `"` + strings.Repeat("a", size-2) + `"`
+	var good, huge []int64
+	for i := range rows {
+		good = append(good, f.write(newMsg("order", "good", i))...)
+		f.exec("INSERT INTO {t} (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES (?, ?, ?, ?, ?)",
+			fmt.Sprintf("big-%d", i), "order", "big", "E", big)
+		huge = append(huge, f.maxID())
+	}
+	big = ""
+
+	pub := outboxtest.NewPublisher()
+	r, err := outbox.NewRelay(f.Store, pub, outbox.WithBatchSize(100), outbox.WithRelayMaxPayloadSize(limit))
+	require.NoError(t, err)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	ev, err := r.Step(t.Context())
+	runtime.ReadMemStats(&after)
+	require.NoError(t, err)
+	require.Equal(t, 2*rows, ev.Claimed)
+	allocated := after.TotalAlloc - before.TotalAlloc
+	require.Less(t, allocated, uint64(rows*size/4),
+		"the relay allocated %d MiB for %d payloads of %d MiB over its limit: the claim read them", allocated>>20, rows, size>>20)
+
+	require.Equal(t, rows, pub.Count(), "the good rows are delivered")
+	for _, id := range good {
+		require.EqualValues(t, 1, f.status(id).Int64, "good row %d sent", id)
+	}
+	for _, id := range huge {
+		require.EqualValues(t, 2, f.status(id).Int64, "big row %d dead", id)
+		require.Contains(t, f.lastError(id).String,
+			fmt.Sprintf("row %d: payload is %d bytes, over the relay's limit of %d", id, size, limit))
+	}
+
+	// Listing them (outbox dead list, retry, discard) reads their sizes only.
+	admin, ok := f.Store.(outbox.Admin)
+	if !ok {
+		return
+	}
+	runtime.ReadMemStats(&before)
+	dead, err := admin.ListDead(t.Context(), outbox.DeadFilter{MaxPayload: limit})
+	runtime.ReadMemStats(&after)
+	require.NoError(t, err)
+	allocated = after.TotalAlloc - before.TotalAlloc
+	require.Less(t, allocated, uint64(rows*size/4),
+		"ListDead allocated %d MiB for %d payloads of %d MiB over its limit", allocated>>20, rows, size>>20)
+	require.Len(t, dead, rows)
+	for i, d := range dead {
+		require.Equal(t, huge[i], d.Message.RowID)
+		require.Nil(t, d.Message.Payload, "row %d: payload not read", huge[i])
+		require.EqualValues(t, size, d.PayloadSize, "row %d", huge[i])
+	}
+	small, err := admin.ListDead(t.Context(), outbox.DeadFilter{RowIDs: huge[:1], MaxPayload: size})
+	require.NoError(t, err)
+	require.Len(t, small, 1)
+	require.Len(t, small[0].Message.Payload, size, "a payload within the limit is read")
+	require.EqualValues(t, size, small[0].PayloadSize)
 }

@@ -119,6 +119,7 @@ func Run(t *testing.T, h Harness) {
 		{"MalformedRowsCanBeKilled", s.malformed},
 		{"ContractOnlyTable", s.contractOnly},
 		{"HostileRowsDoNotStopDelivery", s.hostile},
+		{"OversizedPayloadsAreNotRead", s.oversized},
 		{"AdminListDead", s.adminListDead},
 		{"AdminRetryDead", s.adminRetryDead},
 		{"AdminDiscardDead", s.adminDiscardDead},
