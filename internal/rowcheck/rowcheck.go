@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/outboxkit/outbox"
 )
@@ -124,4 +125,14 @@ func RowError(store string, m *outbox.Message, err error, tooLarge bool, limit i
 		return fmt.Errorf("%s: row %d: %w", store, m.RowID, err)
 	}
 	return nil
+}
+
+// Age is a count of microseconds as a Duration, at least 0, and at most the
+// longest Duration (about 292 years) where the count is larger: a row
+// another program dated year 1 is that old, not a wrapped-around number.
+func Age(micros int64) time.Duration {
+	if micros > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return max(time.Duration(micros)*time.Microsecond, 0)
 }

@@ -231,7 +231,7 @@ WHERE %s`, table, lastErr, fence)
 	// that it never reads all sent rows.
 	q.stats = fmt.Sprintf(`SELECT
 	count(*) FILTER (WHERE status = 0),
-	COALESCE((EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 0)) * 1000000)::bigint, 0),
+	COALESCE((EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 0 AND isfinite(created_at))) * 1000000)::bigint, 0),
 	count(*) FILTER (WHERE status = 2),
 	count(*) FILTER (WHERE status = 1 AND updated_at >= now() - interval '1 minute'),
 	count(*) FILTER (WHERE status = 1 AND updated_at >= now() - interval '1 hour'),

@@ -457,7 +457,7 @@ func (s *Store) Stats(ctx context.Context) (*outbox.Stats, error) {
 		&st.Pending, &oldestMicros, &st.Dead, &st.SentLastMinute, &st.SentLastHour, &st.OtherStatus); err != nil {
 		return nil, fmt.Errorf("pgstore: stats: %w", err)
 	}
-	st.OldestPending = max(time.Duration(oldestMicros)*time.Microsecond, 0)
+	st.OldestPending = rowcheck.Age(oldestMicros)
 	return &st, nil
 }
 

@@ -224,6 +224,12 @@ func (s *suite) checkHostile(t *testing.T, f *fx, kind tableKind, ordered bool) 
 		good = append(good, f.write(newMsg("order", "good", len(good)+1))...)
 	}
 
+	// Stats reads every pending row's created_at: year 1, infinities, zero
+	// dates must neither fail it nor wrap its age around.
+	st, err := f.Store.Stats(t.Context())
+	require.NoError(t, err, "stats with the hostile rows pending")
+	require.GreaterOrEqual(t, st.OldestPending, 200*365*24*time.Hour, "a row of year 1 is pending")
+
 	pub := outboxtest.NewPublisher()
 	rec := &eventRecorder{byRow: map[int64]outbox.MessageEvent{}}
 	r, err := outbox.NewRelay(f.Store, pub, outbox.WithBatchSize(7), outbox.WithHooks(rec),
