@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,20 +151,27 @@ func hostileRows() []hostileRow {
 	}
 }
 
-// RunHostileRows runs only the subtest of [Run] that plants hostile rows
+// RunHostileRows runs only the subtests of [Run] that plant hostile rows
 // (values a writer in another language can put in the contract's columns:
 // counts at an integer's limit, NULLs, times far in the past or future,
-// headers that are not an object, ...) next to good rows and drains the
-// table with a relay. A store with several ways of claiming runs it for the
-// ways [Run] does not cover. Only h.Dialect, h.New, h.ContractOnly and
-// h.Time are used.
+// headers that are not an object, payloads far over the relay's limit)
+// next to good rows and drain the table with a relay. A store with several
+// ways of claiming runs it for the ways [Run] does not cover. Only
+// h.Dialect, h.New, h.ContractOnly and h.Time are used.
 func RunHostileRows(t *testing.T, h Harness) {
 	t.Helper()
 	if h.Time == nil {
 		h.Time = func(tm time.Time) any { return tm }
 	}
 	s := &suite{h: h}
-	s.hostile(t)
+	t.Run("HostileRowsDoNotStopDelivery", func(t *testing.T) {
+		t.Parallel()
+		s.hostile(t)
+	})
+	t.Run("OversizedPayloadsAreNotRead", func(t *testing.T) {
+		t.Parallel()
+		s.oversized(t)
+	})
 }
 
 // hostile runs the cases on each kind of table, with unordered and with
@@ -325,6 +333,10 @@ func (s *suite) loose(t *testing.T) *fx {
 	return f
 }
 
+// oversizedOne runs the oversized subtests of the stores tested in one
+// process one at a time.
+var oversizedOne sync.Mutex
+
 // oversized plants rows whose payloads are far over the relay's payload
 // limit between good rows, and has a relay with a limit of 1 KiB drain the
 // table: the big rows must go dead with their size in the reason, the good
@@ -334,6 +346,10 @@ func (s *suite) loose(t *testing.T) *fx {
 // the bound leaves room for what the suite's other subtests allocate
 // meanwhile).
 func (s *suite) oversized(t *testing.T) {
+	// What the process allocates is measured: one such test at a time, so
+	// that another one's inserts of big payloads do not count.
+	oversizedOne.Lock()
+	defer oversizedOne.Unlock()
 	f := s.fresh(t)
 	const (
 		rows  = 4
