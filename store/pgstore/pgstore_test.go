@@ -620,3 +620,28 @@ func TestPing(t *testing.T) {
 	require.NoError(t, err)
 	require.Error(t, s.Ping(t.Context()))
 }
+
+// TestTextCreatedAt: on a team's own table whose created_at is text, one row
+// whose text is not a time made every claim fail (the claim cast it to
+// timestamptz). The row is delivered with no CreatedAt, and its neighbours
+// with theirs.
+func TestTextCreatedAt(t *testing.T) {
+	t.Parallel()
+	pool, _, _ := testsvc.PostgresSchema(t)
+	exec(t, pool, fmt.Sprintf(contractDDL, "text_times", "jsonb", "timestamptz"))
+	exec(t, pool, "ALTER TABLE text_times ALTER COLUMN created_at DROP DEFAULT, ALTER COLUMN created_at TYPE text")
+	for _, created := range []string{"2026-01-02 03:04:05.678+00", "long ago", "2026-01-02T03:04:05Z"} {
+		exec(t, pool, `INSERT INTO text_times (message_id, aggregate_type, aggregate_id, event_type, payload, created_at)
+			VALUES (gen_random_uuid()::text, 'order', '1', 'E', '{}', $1)`, created)
+	}
+	s, err := pgstore.New(pool, pgstore.WithTable("text_times"))
+	require.NoError(t, err)
+	c, err := s.Claim(t.Context(), outbox.ClaimParams{Limit: 10, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, c.Malformed)
+	require.Len(t, c.Messages, 3)
+	want := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	require.Equal(t, want.Add(678*time.Millisecond), c.Messages[0].CreatedAt.UTC())
+	require.True(t, c.Messages[1].CreatedAt.IsZero())
+	require.Equal(t, want, c.Messages[2].CreatedAt.UTC())
+}

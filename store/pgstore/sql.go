@@ -21,6 +21,7 @@ type queries struct {
 	headers, topic, partitionKey, lastError bool
 	payloadJSON                             bool // the payload column is json or jsonb
 	utf8                                    bool // the server encoding is UTF8
+	createdAtText                           bool // created_at is text: read as text, parsed by message
 
 	columnList   string        // the columns a claimedRow scans, of the table aliased o
 	dataColumns  string        // columnList without id and the attempt
@@ -165,9 +166,16 @@ ORDER BY m.ord`, table, strings.Join(names, ", "), strings.Join(exprs, ", "))
 
 	// Claim: lock due rows without waiting for other relays' locks, count the
 	// attempt and lease them, all in one statement (one implicit transaction).
+	// A created_at kept as text (a team's own table) is read as text: a cast
+	// to timestamptz in the statement would fail the whole claim on one row
+	// whose text is not a time.
+	createdAt := "o.created_at::timestamptz"
+	if t := cols["created_at"]; t == "text" || strings.HasPrefix(t, "character") {
+		q.createdAtText, createdAt = true, "o.created_at::text"
+	}
 	returning := []string{
 		"o.id", "COALESCE(o.retry_count, 0)", "o.message_id::text", "o.aggregate_type::text", "o.aggregate_id::text",
-		"o.event_type::text", payloadColumn, "o.created_at::timestamptz",
+		"o.event_type::text", payloadColumn, createdAt,
 	}
 	if q.headers {
 		returning = append(returning, "o.headers::text")

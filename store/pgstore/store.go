@@ -132,6 +132,7 @@ type claimedRow struct {
 	attempt                                       int32
 	messageID, aggType, aggID, eventType, payload pgtype.Text
 	createdAt                                     pgtype.Timestamptz
+	createdAtText                                 pgtype.Text // instead, when the column is text
 	headers, topic, partitionKey                  pgtype.Text
 
 	// What the database already guarantees, so that message need not check
@@ -146,6 +147,9 @@ type claimedRow struct {
 func (r *claimedRow) dest(q *queries, maxPayload int32) []any {
 	r.validJSON, r.validUTF8, r.maxPayload = q.payloadJSON, q.utf8, maxPayload
 	d := []any{&r.id, &r.attempt, &r.messageID, &r.aggType, &r.aggID, &r.eventType, &r.payload, &r.createdAt}
+	if q.createdAtText {
+		d[7] = &r.createdAtText
+	}
 	if q.headers {
 		d = append(d, &r.headers)
 	}
@@ -171,6 +175,9 @@ func (r *claimedRow) message() (*outbox.Message, error) {
 		Topic:         r.topic.String,
 		PartitionKey:  r.partitionKey.String,
 		CreatedAt:     r.createdAt.Time,
+	}
+	if r.createdAtText.Valid {
+		m.CreatedAt = parseCreatedAt(r.createdAtText.String)
 	}
 	// A payload over the limit was read only in part: nothing to check.
 	tooLarge := r.maxPayload > 0 && r.payload.Valid && len(r.payload.String) > int(r.maxPayload)
@@ -223,6 +230,19 @@ func (r *claimedRow) message() (*outbox.Message, error) {
 		return m, fmt.Errorf("pgstore: row %d: %s", r.id, strings.Join(bad, ", "))
 	}
 	return m, nil
+}
+
+// parseCreatedAt reads a created_at kept as text in the forms PostgreSQL
+// and ISO 8601 write times; the zero time (only the latency metric reads it)
+// when it is none of them.
+func parseCreatedAt(s string) time.Time {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02 15:04:05.999999999Z07", "2006-01-02 15:04:05.999999999Z07:00",
+		"2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999"} {
+		if t, err := time.Parse(layout, strings.TrimSpace(s)); err == nil {
+			return t
+		}
+	}
+	return time.Time{}
 }
 
 // decodeHeaders decodes a headers column into *h as json.Unmarshal does.
