@@ -36,6 +36,11 @@ type DeadFilter struct {
 	OlderThan     time.Duration // died (updated_at) at least this long ago
 	ErrorContains string        // substring of last_error (where the column exists)
 	Limit         int           // most rows ListDead returns; 0 means a store default (100)
+	// MaxPayload, when positive, is the largest payload in bytes ListDead
+	// reads: a larger one (a row killed for being over the relay's limit,
+	// say) is left out, its Message.Payload nil, so that listing many such
+	// rows cannot exhaust memory. DeadMessage.PayloadSize has its size.
+	MaxPayload int
 }
 
 // DeadMessage is a dead row, for [Admin.ListDead].
@@ -44,6 +49,9 @@ type DeadMessage struct {
 	Attempts int       // retry_count
 	Reason   string    // last_error, where the column exists
 	DiedAt   time.Time // updated_at
+	// PayloadSize is the payload's size in bytes, also when it was not read
+	// (DeadFilter.MaxPayload).
+	PayloadSize int64
 }
 
 // ArchiveParams are the inputs of [Admin.Archive].

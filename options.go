@@ -203,8 +203,11 @@ func WithOrdering(on bool, policy DeadPolicy) RelayOption {
 }
 
 // WithRelayMaxPayloadSize sets the largest payload the relay sends; a larger
-// row (written by another program) is marked dead at once. 0 or less means no
-// limit. Default: DefaultMaxPayloadSize (1 MiB).
+// row (written by another program) is marked dead at once, with the
+// payload's size in the reason. The relay passes the limit to the claim
+// (ClaimParams.MaxPayload), so the stores of this module never read such a
+// payload into memory, only its size. 0 or less means no limit. Default:
+// DefaultMaxPayloadSize (1 MiB).
 func WithRelayMaxPayloadSize(n int) RelayOption { return func(c *relayConfig) { c.maxPayload = n } }
 
 // WithLogger sets the logger. Default: discard.

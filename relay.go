@@ -423,6 +423,7 @@ func (r *Relay) claim(ctx context.Context, limit int) (*batch, error) {
 		Ordered:     r.cfg.ordered,
 		BlockOnDead: r.cfg.ordered && r.cfg.deadPolicy == DeadBlocks,
 		Delete:      r.cfg.deleteSent,
+		MaxPayload:  r.cfg.maxPayload,
 	})
 	if err != nil {
 		err = fmt.Errorf("claim batch: %w", err)
@@ -651,7 +652,7 @@ func (r *Relay) report(ctx context.Context, decided time.Time, sent []*Message, 
 	}
 	for i, d := range dead {
 		m := d.Message
-		r.log.LogAttrs(ctx, slog.LevelError, "message dead",
+		r.log.LogAttrs(ctx, slog.LevelError, "message dead", slog.Int64(attrRowID, m.RowID),
 			slog.String(attrMessageID, m.MessageID), slog.String(attrAggregateID, m.AggregateID),
 			slog.String(attrEventType, m.EventType), slog.Int(attrAttempt, m.Attempt),
 			slog.String(attrError, d.Reason))

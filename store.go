@@ -56,6 +56,13 @@ type ClaimParams struct {
 	// them as sent. Only a store that settles batches in the claim's own
 	// transaction (see [Claim.Held]) needs to know it at claim time.
 	Delete bool
+	// MaxPayload, when positive, is the largest payload in bytes the relay
+	// sends. A store that supports it reads no more than about this much of
+	// a larger payload, so that a batch of huge rows cannot exhaust the
+	// relay's memory: it returns such a row in Claim.Malformed, with the
+	// payload's size in the error, and without the payload. A store that
+	// does not support it returns the payload, and the relay checks it.
+	MaxPayload int
 }
 
 // Claim is the result of [Store.Claim].
@@ -63,8 +70,9 @@ type Claim struct {
 	// Messages are the decoded rows, in id order, each with Attempt set.
 	Messages []*Message
 	// Malformed are rows that were claimed but could not be decoded (a NULL in
-	// a required column, a payload that is not JSON, ...). Each carries at
-	// least RowID and Attempt so that it can be killed.
+	// a required column, a payload that is not JSON, a payload over
+	// ClaimParams.MaxPayload, ...). Each carries at least RowID and Attempt
+	// so that it can be killed, and its Err names the row.
 	Malformed []MalformedRow
 	// ValidJSON says that the store has made sure every payload of Messages
 	// is valid JSON (its column type guarantees it, or it checked, putting

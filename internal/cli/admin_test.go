@@ -433,3 +433,37 @@ func TestStatusWatch(t *testing.T) {
 	require.Equal(t, ExitOK, <-done)
 	require.Regexp(t, `(?m)^--- \d{4}-\d\d-\d\dT`, out2.String())
 }
+
+// TestDeadCommandsOmitHugePayloads: a dead row whose payload is larger than
+// the dead commands read (a row the relay killed for its size) is listed and
+// shown with its size, and its payload is not printed.
+func TestDeadCommandsOmitHugePayloads(t *testing.T) {
+	t.Parallel()
+	db := sqliteAdminDB(t)
+	db.write(t, messagesOf("HUGE", 1)...)
+	c, err := db.store.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, c.Messages, 1)
+	require.NoError(t, db.store.Kill(t.Context(), outbox.KillParams{Dead: []outbox.Dead{{Message: c.Messages[0], Reason: "too big"}}}))
+	const size = maxShownPayload + 2
+	raw, err := sqlitestore.Open(strings.TrimPrefix(db.dsn, "sqlite://"))
+	require.NoError(t, err)
+	defer raw.Close()
+	_, err = raw.ExecContext(t.Context(), "UPDATE outbox_message SET payload = ? WHERE id = ?",
+		`"`+strings.Repeat("x", size-2)+`"`, c.Messages[0].RowID)
+	require.NoError(t, err)
+	id := strconv.FormatInt(c.Messages[0].RowID, 10)
+
+	r := run(t.Context(), "dead", "show", "--db", db.dsn, id)
+	require.Equal(t, ExitOK, r.code, r.stderr)
+	require.Less(t, len(r.stdout), 4096, "dead show printed the payload")
+	require.Contains(t, r.stdout, fmt.Sprintf("payload: %d bytes, not shown (over %d)\n", size, maxShownPayload))
+
+	r = run(t.Context(), "dead", "list", "--db", db.dsn, "--json")
+	require.Equal(t, ExitOK, r.code, r.stderr)
+	var listed []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &listed))
+	require.Len(t, listed, 1)
+	require.Nil(t, listed[0]["payload"])
+	require.EqualValues(t, size, listed[0]["payload_size"])
+}

@@ -29,6 +29,16 @@ func init() { extraCommands = append(extraCommands, deadCommand) }
 // ListDead at this too, so a bulk action that matches more says "at least".
 const maxDeadRows = 10_000
 
+// The largest payloads the dead commands read, so that listing rows killed
+// for a huge payload cannot exhaust memory (outbox.DeadFilter.MaxPayload):
+// `dead list --json` shows payloads up to maxListedPayload bytes, `dead
+// show` up to maxShownPayload, and the others read none (noPayload).
+const (
+	maxListedPayload = 64 << 10
+	maxShownPayload  = 16 << 20
+	noPayload        = 1
+)
+
 func deadCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "dead",
@@ -113,7 +123,8 @@ func deadListCommand() *ucli.Command {
 		Usage:     "list dead messages, oldest first",
 		ArgsUsage: "[ROW_ID...]",
 		Description: "With --json, a JSON array of objects: row_id, message_id, aggregate_type, aggregate_id,\n" +
-			"event_type, topic, partition_key, created_at, died_at, attempts, reason, headers, payload.",
+			"event_type, topic, partition_key, created_at, died_at, attempts, reason, headers, payload,\n" +
+			fmt.Sprintf("payload_size (payload is null when it is over %d bytes; outbox dead show shows it).", maxListedPayload),
 		Flags: deadFlags(
 			&ucli.IntFlag{Name: "limit", Value: 100, Usage: fmt.Sprintf("list at most `N` messages (at most %d)", maxDeadRows)},
 			&ucli.BoolFlag{Name: "json", Usage: "print a JSON array instead of a table"},
@@ -125,6 +136,10 @@ func deadListCommand() *ucli.Command {
 			}
 			if f.Limit = cmd.Int("limit"); f.Limit < 1 || f.Limit > maxDeadRows {
 				return usage(fmt.Errorf("--limit: %d is not between 1 and %d", f.Limit, maxDeadRows))
+			}
+			f.MaxPayload = noPayload // the table shows none
+			if cmd.Bool("json") {
+				f.MaxPayload = maxListedPayload
 			}
 			cfg, db, admin, err := openAdmin(ctx, cmd)
 			if err != nil {
@@ -168,19 +183,24 @@ type deadJSON struct {
 	Attempts      int               `json:"attempts"`
 	Reason        string            `json:"reason"`
 	Headers       map[string]string `json:"headers,omitempty"`
-	Payload       json.RawMessage   `json:"payload"`
+	Payload       json.RawMessage   `json:"payload"` // null when not read (over the command's limit)
+	PayloadSize   int64             `json:"payload_size"`
 }
 
 func toDeadJSON(d outbox.DeadMessage) deadJSON {
 	m := messageOf(d)
 	payload := m.Payload
-	if !json.Valid(payload) { // a malformed row: show its bytes as a string
+	switch {
+	case payload == nil && d.PayloadSize > 0: // over the command's limit: not read
+		payload = json.RawMessage("null")
+	case !json.Valid(payload): // a malformed row: show its bytes as a string
 		payload, _ = json.Marshal(string(payload))
 	}
 	return deadJSON{
 		RowID: m.RowID, MessageID: m.MessageID, AggregateType: m.AggregateType, AggregateID: m.AggregateID,
 		EventType: m.EventType, Topic: m.Topic, PartitionKey: m.PartitionKey, CreatedAt: m.CreatedAt.UTC(),
 		DiedAt: d.DiedAt.UTC(), Attempts: d.Attempts, Reason: d.Reason, Headers: m.Headers, Payload: payload,
+		PayloadSize: d.PayloadSize,
 	}
 }
 
@@ -260,7 +280,7 @@ func deadShowCommand() *ucli.Command {
 				return err
 			}
 			defer db.Close()
-			dead, err := admin.ListDead(ctx, outbox.DeadFilter{RowIDs: []int64{id}, Limit: 1})
+			dead, err := admin.ListDead(ctx, outbox.DeadFilter{RowIDs: []int64{id}, Limit: 1, MaxPayload: maxShownPayload})
 			if err != nil {
 				return fmt.Errorf("read dead message %d of %s: %w", id, cfg.Table, err)
 			}
@@ -292,6 +312,10 @@ func deadShowCommand() *ucli.Command {
 				fmt.Fprintf(tw, "  %s:\t%s\n", termsafe.String(k), termsafe.String(j.Headers[k]))
 			}
 			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if messageOf(dead[0]).Payload == nil && j.PayloadSize > 0 {
+				_, err = fmt.Fprintf(out, "payload: %d bytes, not shown (over %d)\n", j.PayloadSize, maxShownPayload)
 				return err
 			}
 			payload, err := json.MarshalIndent(j.Payload, "", "  ")
@@ -331,7 +355,7 @@ func deadBulkCommand(verb, usageLine, done string,
 			}
 			defer db.Close()
 			look := f
-			look.Limit = maxDeadRows
+			look.Limit, look.MaxPayload = maxDeadRows, noPayload
 			dead, err := admin.ListDead(ctx, look)
 			if err != nil {
 				return fmt.Errorf("list dead messages of %s: %w", cfg.Table, err)

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
 const (
@@ -55,8 +57,9 @@ func deadWhere(info tableInfo, f outbox.DeadFilter) (string, []any, error) {
 }
 
 // ListDead returns the dead rows f matches in id order, at most f.Limit
-// (default 100, capped at 10,000). Rows that cannot be decoded are listed
-// with what could be read. It only reads.
+// (default 100, capped at 10,000), without the payloads over f.MaxPayload.
+// Rows that cannot be decoded are listed with what could be read. It only
+// reads.
 func (s *Store) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.DeadMessage, error) {
 	info, err := s.tableInfo(ctx, s.db)
 	if err != nil {
@@ -75,8 +78,9 @@ func (s *Store) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.Dea
 	if info.lastError {
 		lastErr = "last_error"
 	}
-	q := "SELECT id, COALESCE(retry_count, 0), " + strings.Join(sel, ", ") + ", " + lastErr + ", updated_at FROM " +
-		s.table.quoted() + " WHERE " + where + " ORDER BY id LIMIT ?"
+	maxPayload, payloadAt := rowcheck.PayloadLimit(f.MaxPayload), slices.Index(sel, colPayload)
+	q := "SELECT c.id, COALESCE(c.retry_count, 0), " + claimColumns(sel, maxPayload) + ", " + lastErr +
+		", c.updated_at, LENGTH(c.payload) FROM " + s.table.quoted() + " AS c WHERE " + where + " ORDER BY c.id LIMIT ?"
 	rows, err := s.db.QueryContext(ctx, q, append(args, min(limit, maxDeadLimit))...)
 	if err != nil {
 		return nil, fmt.Errorf("mysqlstore: list dead: %w", err)
@@ -85,7 +89,7 @@ func (s *Store) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.Dea
 	var out []outbox.DeadMessage
 	for rows.Next() {
 		var id, retries int64
-		vals := make([]any, len(sel)+2)
+		vals := make([]any, len(sel)+3)
 		ptrs := []any{&id, &retries}
 		for i := range vals {
 			ptrs = append(ptrs, &vals[i])
@@ -93,9 +97,13 @@ func (s *Store) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.Dea
 		if err := rows.Scan(ptrs...); err != nil {
 			return nil, fmt.Errorf("mysqlstore: list dead: read row: %w", err)
 		}
+		if maxPayload > 0 && rowcheck.Len(vals[payloadAt]) > maxPayload {
+			vals[payloadAt] = nil // read only in part
+		}
 		m, _ := decodeRow(sel, vals[:len(sel)]) // a dead row may well be malformed; list what there is
 		m.RowID = id
-		d := outbox.DeadMessage{Message: m, Attempts: int(retries)}
+		size, _ := vals[len(sel)+2].(int64)
+		d := outbox.DeadMessage{Message: m, Attempts: int(retries), PayloadSize: size}
 		d.Reason, _, _ = text(vals[len(sel)])
 		d.DiedAt, _ = parseTime(vals[len(sel)+1])
 		out = append(out, d)

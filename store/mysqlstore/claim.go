@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
 // Claim takes up to p.Limit due pending rows in id order that no other
@@ -33,8 +34,10 @@ import (
 //
 // With p.Ordered only the head of each aggregate is claimed: a row none of
 // whose earlier rows (same aggregate_type and aggregate_id) is pending, or
-// dead when p.BlockOnDead. Rows that cannot be decoded come back in
-// Claim.Malformed.
+// dead when p.BlockOnDead. Rows that cannot be decoded, and rows whose
+// retry_count reached the most attempts an INT counts (2147483647), come
+// back in Claim.Malformed, each error naming the row; a NULL or negative
+// retry_count counts as 0.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
 	if p.Limit < 1 {
 		return nil, fmt.Errorf("mysqlstore: claim: limit %d is less than 1", p.Limit)
@@ -77,6 +80,7 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, rechec
 	c := &outbox.Claim{}
 	var ids []any
 	taken := map[int64]bool{}
+	maxPayload, payloadAt := rowcheck.PayloadLimit(p.MaxPayload), slices.Index(sel, colPayload)
 	// read runs a locking SELECT and keeps the rows it has not taken yet, up
 	// to the limit. With extra, each row ends with one more column, scanned
 	// into it (the same in every row).
@@ -87,10 +91,10 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, rechec
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var id, retries int64
+			var id, attempt int64
 			vals := make([]any, len(sel))
 			ptrs := make([]any, len(sel)+2)
-			ptrs[0], ptrs[1] = &id, &retries
+			ptrs[0], ptrs[1] = &id, &attempt
 			for i := range vals {
 				ptrs[i+2] = &vals[i]
 			}
@@ -105,9 +109,13 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, rechec
 			}
 			taken[id] = true
 			ids = append(ids, id)
+			tooLarge := maxPayload > 0 && rowcheck.Len(vals[payloadAt]) > maxPayload
+			if tooLarge {
+				vals[payloadAt] = "{}" // read only in part (claimColumns)
+			}
 			m, err := decodeRow(sel, vals)
-			m.RowID, m.Attempt = id, int(retries)+1
-			if err != nil {
+			m.RowID, m.Attempt = id, int(attempt)
+			if err := rowcheck.RowError("mysqlstore", m, err, tooLarge, maxPayload); err != nil {
 				c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: m, Err: err})
 				continue
 			}
@@ -163,6 +171,7 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, rechec
 			return nil, err
 		}
 	}
+	rowcheck.ReadSizes(ctx, tx, "SELECT id, LENGTH(payload) FROM "+s.table.quoted()+" WHERE id IN (%s)", c.Malformed)
 	for lo := 0; lo < len(ids); lo += s.chunk {
 		chunk := ids[lo:min(lo+s.chunk, len(ids))]
 		args := append([]any{p.Lease.Microseconds()}, chunk...)
@@ -187,8 +196,36 @@ func (s *Store) leaseSQL(info tableInfo) string {
 	if info.pkID {
 		t += " FORCE INDEX (PRIMARY)"
 	}
-	return "UPDATE " + t + " SET retry_count = COALESCE(retry_count, 0) + 1," +
+	return "UPDATE " + t + " SET retry_count = " + nextAttempt("retry_count") + "," +
 		" next_retry_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, updated_at = UTC_TIMESTAMP(6)"
+}
+
+// nextAttempt is the SQL of the attempt a claim hands out for a row whose
+// retry_count is col, and writes as its retry_count: the attempts made so
+// far, with NULL and negative counts taken as 0 and counts past
+// rowcheck.MaxAttempt - 1 (an INT's limit, or a BIGINT column's larger
+// value) as rowcheck.MaxAttempt - 1, plus one. It never overflows an INT,
+// which would fail every claim; a row handed out with rowcheck.MaxAttempt
+// comes back malformed.
+func nextAttempt(col string) string {
+	return fmt.Sprintf("CAST(LEAST(GREATEST(COALESCE(%s, 0), 0), %d) AS SIGNED) + 1", col, rowcheck.MaxAttempt-1)
+}
+
+// claimColumns is the select list of the columns sel of the table aliased
+// c. With a payload limit (above 0), it reads at most limit + 1 characters
+// of the payload: all of a payload within the limit (a character takes at
+// least a byte), and enough of a larger one to tell, so that a claim never
+// reads a huge payload (the claim then reads its size on its own). The
+// limit is an integer, not text from outside.
+func claimColumns(sel []string, maxPayload int) string {
+	cols := make([]string, len(sel))
+	for i, col := range sel {
+		cols[i] = "c." + col
+		if col == colPayload && maxPayload > 0 {
+			cols[i] = "LEFT(c.payload, " + strconv.Itoa(maxPayload+1) + ")"
+		}
+	}
+	return strings.Join(cols, ", ")
 }
 
 // The columns a claim decodes, after id and retry_count; the optional ones
@@ -223,12 +260,9 @@ func selectColumns(info tableInfo) []string {
 func (s *Store) claimSQL(info tableInfo, p outbox.ClaimParams) (string, []string) {
 	t := s.table.quoted()
 	sel := selectColumns(info)
-	cols := make([]string, len(sel))
-	for i, c := range sel {
-		cols[i] = "c." + c
-	}
 	var b strings.Builder
-	b.WriteString("SELECT c.id, COALESCE(c.retry_count, 0), " + strings.Join(cols, ", ") + " FROM " + t + " AS c")
+	b.WriteString("SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)) +
+		" FROM " + t + " AS c")
 	if info.claimIndex != "" {
 		b.WriteString(" FORCE INDEX (" + quoteIdent(info.claimIndex) + ")")
 	}

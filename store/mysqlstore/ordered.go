@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
 // An ordered claim hands out only heads: rows with no earlier row of their
@@ -62,11 +62,7 @@ func (s *Store) orderedClaimSQL(info tableInfo, p outbox.ClaimParams, sel []stri
 		claimIdx = " FORCE INDEX (" + quoteIdent(info.claimIndex) + ")"
 	}
 	headIdx := " FORCE INDEX (" + quoteIdent(info.headIndex) + ")"
-	cols := make([]string, len(sel))
-	for i, c := range sel {
-		cols[i] = "c." + c
-	}
-	selectCols := "SELECT c.id, COALESCE(c.retry_count, 0), " + strings.Join(cols, ", ")
+	selectCols := "SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload))
 	head := selectCols + " FROM " + t + " AS c"
 	blocking := "0"
 	walk := head + claimIdx + " WHERE c.status = 0 AND " + fmt.Sprintf(due, "c") + " AND c.id <= ?" +

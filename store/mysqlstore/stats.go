@@ -4,9 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
 // Stats reports the table's backlog in one read-only statement: pending rows
@@ -25,7 +25,9 @@ func (s *Store) Stats(ctx context.Context) (*outbox.Stats, error) {
 	t := s.table.quoted()
 	q := "SELECT" +
 		" (SELECT COUNT(*) FROM " + t + " WHERE status = 0)," +
-		" (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) FROM " + t + " WHERE status = 0)," +
+		// A zero date (MariaDB keeps one where sql_mode allows it) would make the age NULL.
+		" (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) FROM " + t +
+		" WHERE status = 0 AND created_at >= '0001-01-01')," +
 		" (SELECT COUNT(*) FROM " + t + " WHERE status = 2)," +
 		" (SELECT COUNT(*) FROM " + t + " WHERE status = 1 AND updated_at >= UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE)," +
 		" (SELECT COUNT(*) FROM " + t + " WHERE status = 1 AND updated_at >= UTC_TIMESTAMP(6) - INTERVAL 1 HOUR)," +
@@ -38,7 +40,7 @@ func (s *Store) Stats(ctx context.Context) (*outbox.Stats, error) {
 		return nil, fmt.Errorf("mysqlstore: stats: %w", err)
 	}
 	if oldest.Valid {
-		st.OldestPending = max(0, time.Duration(oldest.Int64)*time.Microsecond)
+		st.OldestPending = rowcheck.Age(oldest.Int64)
 	}
 	return &st, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
 var _ outbox.Admin = (*Store)(nil)
@@ -58,8 +59,8 @@ func deadWhere(q *queries, f outbox.DeadFilter) (string, []any, error) {
 }
 
 // ListDead returns the dead rows f matches in id order, at most f.Limit
-// (default 100, capped at 10,000). Rows that cannot be decoded are listed with
-// what could be read.
+// (default 100, capped at 10,000), without the payloads over f.MaxPayload.
+// Rows that cannot be decoded are listed with what could be read.
 func (s *Store) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.DeadMessage, error) {
 	q, err := s.queriesFor(ctx, s.poolRow)
 	if err != nil {
@@ -74,13 +75,18 @@ func (s *Store) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.Dea
 		limit = defaultDeadLimit
 	}
 	limit = min(limit, maxDeadLimit)
-	args = append(args, limit)
+	maxPayload := payloadLimit(f.MaxPayload)
+	args = append(args, limit, maxPayload)
 	lastErr := "NULL::text"
 	if q.lastError {
 		lastErr = "o.last_error"
 	}
-	sql := fmt.Sprintf(`SELECT %s, %s, o.updated_at::timestamptz FROM %s AS o WHERE %s ORDER BY o.id LIMIT $%d`,
-		q.columnList, lastErr, s.ident, where, len(args))
+	// The attempts within an integer (a bigint column may hold more), then
+	// what a claim reads.
+	sql := fmt.Sprintf(`SELECT o.id, LEAST(GREATEST(COALESCE(o.retry_count, 0), 0), %d)::integer, %s, %s,
+	o.updated_at::timestamptz, octet_length(o.payload::text)
+FROM %s AS o WHERE %s ORDER BY o.id LIMIT $%d`,
+		rowcheck.MaxAttempt, payloadParam(q.dataColumns, len(args)), lastErr, s.ident, where, len(args)-1)
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: list dead: %w", err)
@@ -91,11 +97,15 @@ func (s *Store) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.Dea
 		var r claimedRow
 		var reason *string
 		var died time.Time
-		if err := rows.Scan(append(r.dest(q), &reason, &died)...); err != nil {
+		var size *int64
+		if err := rows.Scan(append(r.dest(q, maxPayload), &reason, &died, &size)...); err != nil {
 			return nil, fmt.Errorf("pgstore: list dead: read row: %w", err)
 		}
 		m, _ := r.message() // a dead row may well be malformed; list what there is
 		d := outbox.DeadMessage{Message: m, Attempts: m.Attempt, DiedAt: died}
+		if size != nil {
+			d.PayloadSize = *size
+		}
 		m.Attempt = 0 // not a claim
 		if reason != nil {
 			d.Reason = *reason

@@ -53,7 +53,7 @@ const leaseDDL = `CREATE TABLE IF NOT EXISTS %s (
 type leaseQueries struct {
 	lockKey int64     // the advisory lock claims take turns on
 	recover string    // counts the attempts of expired leases and drops them
-	claim   [3]string // unordered, ordered, ordered with dead rows blocking; $1 limit, $2 lease µs
+	claim   [3]string // unordered, ordered, ordered with dead rows blocking; $1 limit, $2 lease µs, ...
 }
 
 // leaseTable returns the quoted name of the side table, in the table's
@@ -147,16 +147,16 @@ func buildLeaseQueries(q *queries, table, lease, lastErr, async string) {
 	DELETE FROM %[2]s WHERE expires_at <= now() OR cardinality(ids) = 0
 	RETURNING ids, expires_at <= now() AS expired
 )
-UPDATE %[1]s AS o SET retry_count = o.retry_count + 1, updated_at = now()
+UPDATE %[1]s AS o SET retry_count = %[3]s, updated_at = now()
 FROM (SELECT DISTINCT unnest(x.ids) AS id FROM x WHERE x.expired) AS r
-WHERE o.id = r.id AND o.status = 0`, table, lease)
+WHERE o.id = r.id AND o.status = 0`, table, lease, nextAttempt("o.retry_count"))
 	for i, head := range []string{
 		"\n\t  AND o.id > $3 AND o.id <= $4", // unordered: the ids (lo, hi] of claimCursor
 		"\n\t  AND NOT EXISTS (SELECT 1 FROM %[1]s AS p WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id AND p.id < o.id AND p.status = 0)",
 		"\n\t  AND NOT EXISTS (SELECT 1 FROM %[1]s AS p WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id AND p.id < o.id AND p.status IN (0, 2))",
 	} {
 		l.claim[i] = fmt.Sprintf(`WITH c AS (
-	SELECT o.id, COALESCE(o.retry_count, 0) + 1 AS attempt, %[3]s
+	SELECT o.id, %[4]s AS attempt, %[3]s
 	FROM %[1]s AS o
 	WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
 	  AND o.id NOT IN (SELECT unnest(l.ids) FROM %[2]s AS l)`+head+`
@@ -166,7 +166,8 @@ WHERE o.id = r.id AND o.status = 0`, table, lease)
 	INSERT INTO %[2]s (ids, expires_at)
 	SELECT array_agg(c.id), now() + $2::bigint * interval '1 microsecond' FROM c HAVING count(*) > 0
 )
-SELECT * FROM c`, table, lease, q.dataColumns)
+SELECT * FROM c`, table, lease, q.dataColumns, nextAttempt("o.retry_count"))
+		l.claim[i] = payloadParam(l.claim[i], claimPayloadParam(i))
 	}
 	q.lease = l
 
@@ -176,12 +177,12 @@ SELECT * FROM c`, table, lease, q.dataColumns)
 	settled := func(args string) string {
 		return fmt.Sprintf(`WITH f AS (
 	SELECT o.id FROM %[1]s AS o JOIN %[3]s ON o.id = a.id
-	WHERE COALESCE(o.retry_count, 0) = a.attempt - 1 AND o.status = 0
+	WHERE %[4]s = a.attempt - 1 AND o.status = 0
 ), l AS (
 	UPDATE %[2]s AS l SET ids = ARRAY(SELECT x FROM unnest(l.ids) AS x WHERE x NOT IN (SELECT id FROM f))
 	WHERE l.ids && ARRAY(SELECT id FROM f)
 )
-`, table, lease, args)
+`, table, lease, args, counted("o.retry_count"))
 	}
 	d := buildDeferred(table, lastErr, async)
 	q.ack = settled(argsFence) + d.ack
@@ -206,7 +207,7 @@ type deferredQueries struct {
 }
 
 func buildDeferred(table, lastErr, async string) deferredQueries {
-	fence := "o.id = a.id AND COALESCE(o.retry_count, 0) = a.attempt - 1 AND o.status = 0" + async
+	fence := "o.id = a.id AND " + counted("o.retry_count") + " = a.attempt - 1 AND o.status = 0" + async
 	return deferredQueries{
 		ack: fmt.Sprintf(`UPDATE %s AS o SET status = 1, retry_count = a.attempt, updated_at = now()
 FROM %s
@@ -252,10 +253,11 @@ func (s *Store) leaseBatch(ctx context.Context, q *queries, p outbox.ClaimParams
 	}
 	b.Queue("SELECT pg_advisory_xact_lock($1)", q.lease.lockKey)
 	b.Queue(q.lease.recover)
-	b.Queue(q.lease.claim[mode], append([]any{limit, p.Lease.Microseconds()}, ids...)...)
+	mp := payloadLimit(p.MaxPayload)
+	b.Queue(q.lease.claim[mode], append(append([]any{limit, p.Lease.Microseconds()}, ids...), mp)...)
 	b.Queue("COMMIT")
 	br := s.pool.SendBatch(ctx, b)
-	claim, err := readLeasedClaim(br, q, b.Len())
+	claim, err := readLeasedClaim(br, q, mp, b.Len())
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -272,13 +274,13 @@ func (s *Store) leaseBatch(ctx context.Context, q *queries, p outbox.ClaimParams
 
 // readLeasedClaim reads the results of claimLeased's batch of n statements:
 // the claim is the one before the last (COMMIT).
-func readLeasedClaim(br pgx.BatchResults, q *queries, n int) (*outbox.Claim, error) {
+func readLeasedClaim(br pgx.BatchResults, q *queries, maxPayload int32, n int) (*outbox.Claim, error) {
 	for range n - 2 {
 		if _, err := br.Exec(); err != nil {
 			return nil, err
 		}
 	}
-	claim, err := scanClaim(br, q)
+	claim, err := scanClaim(br, q, maxPayload)
 	if err != nil {
 		return nil, err
 	}
@@ -288,21 +290,23 @@ func readLeasedClaim(br pgx.BatchResults, q *queries, n int) (*outbox.Claim, err
 	return claim, nil
 }
 
-// scanClaim reads the next result of br, a claim's rows.
-func scanClaim(br pgx.BatchResults, q *queries) (*outbox.Claim, error) {
+// scanClaim reads the next result of br, a claim's rows, read with the
+// payload limit maxPayload.
+func scanClaim(br pgx.BatchResults, q *queries, maxPayload int32) (*outbox.Claim, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
 	claim := &outbox.Claim{}
-	return claim, scanClaimRows(rows, q, claim)
+	return claim, scanClaimRows(rows, q, maxPayload, claim)
 }
 
-// scanClaimRows reads a claim statement's rows into claim, and closes them.
-func scanClaimRows(rows pgx.Rows, q *queries, claim *outbox.Claim) error {
+// scanClaimRows reads a claim statement's rows, read with the payload limit
+// maxPayload, into claim, and closes them.
+func scanClaimRows(rows pgx.Rows, q *queries, maxPayload int32, claim *outbox.Claim) error {
 	defer rows.Close()
 	var r claimedRow
-	dest := r.dest(q)
+	dest := r.dest(q, maxPayload)
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			return fmt.Errorf("read row: %w", err)

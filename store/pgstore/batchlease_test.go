@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -399,5 +400,49 @@ func TestClaimRefusesLiveBatchLeases(t *testing.T) {
 				require.NoError(t, err)
 			}
 		})
+	}
+}
+
+// TestBatchLeaseRecoversHostileCounts: a batch lease that runs out counts
+// the attempt of its rows before they can be claimed again. A row whose
+// retry_count another program set to the integer's limit, or to NULL or a
+// negative number, must not make that count overflow (which failed every
+// claim of the table from then on) or stay uncounted: the next claim takes
+// the good rows and the limit row, which comes back malformed.
+func TestBatchLeaseRecoversHostileCounts(t *testing.T) {
+	t.Parallel()
+	l := newLeased(t)
+	ctx := t.Context()
+	exec(t, l.pool, "ALTER TABLE outbox_message ALTER COLUMN retry_count DROP NOT NULL")
+	rows := l.write(4)
+	for i, rc := range []any{2147483647, 2147483646, nil, -7} {
+		exec(t, l.pool, "UPDATE outbox_message SET retry_count = $1 WHERE id = $2", rc, rows[i])
+	}
+	c, err := l.s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Millisecond})
+	require.NoError(t, err)
+	require.Equal(t, rows[2:], ids(c.Messages))
+	require.Len(t, c.Malformed, 2)
+	// Nothing is settled: the lease runs out, and the next claim recovers it.
+	var again *outbox.Claim
+	testsvc.Eventually(t, 10*time.Second, func() bool {
+		again, err = l.s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Hour})
+		require.NoError(t, err, "the recovery of the expired lease")
+		return len(again.Messages)+len(again.Malformed) > 0
+	}, "the rows back after the lease")
+	require.Equal(t, rows[2:], ids(again.Messages))
+	for _, m := range again.Messages {
+		require.Equal(t, 2, m.Attempt, "row %d: the lost attempt was counted", m.RowID)
+	}
+	require.Len(t, again.Malformed, 2)
+	for i, bad := range again.Malformed {
+		require.Equal(t, rows[i], bad.Message.RowID)
+		require.Equal(t, math.MaxInt32, bad.Message.Attempt)
+		require.ErrorContains(t, bad.Err, fmt.Sprintf("row %d: retry_count reached 2147483647", rows[i]))
+	}
+	require.NoError(t, l.s.Kill(ctx, outbox.KillParams{Dead: []outbox.Dead{
+		{Message: again.Malformed[0].Message, Reason: "malformed"}, {Message: again.Malformed[1].Message, Reason: "malformed"}}}))
+	for _, id := range rows[:2] {
+		status, retries, _ := l.row(id)
+		require.Equal(t, [2]int{2, math.MaxInt32}, [2]int{status, retries}, "row %d killed", id)
 	}
 }

@@ -51,7 +51,7 @@ import (
 // heldQueries are the statements of held claims.
 type heldQueries struct {
 	due      string // whether any row is due, without locking
-	claim    string // $1 limit, ids in ($2, $3]
+	claim    string // $1 limit, ids in ($2, $3], $4 payload limit
 	ack, del string // $1 ids: the claim holds their rows, so no fence
 	deferred deferredQueries
 }
@@ -60,14 +60,14 @@ func buildHeldQueries(table, dataColumns, lastErr, async string) *heldQueries {
 	return &heldQueries{
 		due: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s AS o
 	WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now()))`, table),
-		claim: fmt.Sprintf(`SELECT o.id, COALESCE(o.retry_count, 0) + 1, %s
+		claim: fmt.Sprintf(`SELECT o.id, %s, %s
 FROM %s AS o
 WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now()) AND o.id > $2 AND o.id <= $3%s
 ORDER BY o.id
 LIMIT $1
-FOR UPDATE SKIP LOCKED`, dataColumns, table, async),
-		ack: fmt.Sprintf(`UPDATE %s AS o SET status = 1, retry_count = COALESCE(o.retry_count, 0) + 1, updated_at = now()
-WHERE o.id = ANY($1::bigint[])`, table),
+FOR UPDATE SKIP LOCKED`, nextAttempt("o.retry_count"), payloadParam(dataColumns, 4), table, async),
+		ack: fmt.Sprintf(`UPDATE %s AS o SET status = 1, retry_count = %s, updated_at = now()
+WHERE o.id = ANY($1::bigint[])`, table, nextAttempt("o.retry_count")),
 		del:      fmt.Sprintf(`DELETE FROM %s AS o WHERE o.id = ANY($1::bigint[])`, table),
 		deferred: buildDeferred(table, lastErr, async),
 	}
@@ -104,9 +104,10 @@ func (s *Store) claimHeldTx(ctx context.Context, q *queries, p outbox.ClaimParam
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(setIdleTimeout, idleTimeout(p.Lease))
-	b.Queue(q.held.claim, p.Limit, after, int64(math.MaxInt64))
+	mp := payloadLimit(p.MaxPayload)
+	b.Queue(q.held.claim, p.Limit, after, int64(math.MaxInt64), mp)
 	br := conn.SendBatch(ctx, b)
-	claim, err := readHeldClaim(br, q)
+	claim, err := readHeldClaim(br, q, mp)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -114,8 +115,8 @@ func (s *Store) claimHeldTx(ctx context.Context, q *queries, p outbox.ClaimParam
 		// Short from the cursor: take the rest from the first due row, up to
 		// the cursor, in the same transaction.
 		var rows pgx.Rows
-		if rows, err = conn.Query(ctx, q.held.claim, p.Limit-claimSize(claim), int64(0), after); err == nil {
-			err = scanClaimRows(rows, q, claim)
+		if rows, err = conn.Query(ctx, q.held.claim, p.Limit-claimSize(claim), int64(0), after, mp); err == nil {
+			err = scanClaimRows(rows, q, mp, claim)
 		}
 	}
 	if err == nil {
@@ -133,13 +134,13 @@ func (s *Store) claimHeldTx(ctx context.Context, q *queries, p outbox.ClaimParam
 	return claim, nil
 }
 
-func readHeldClaim(br pgx.BatchResults, q *queries) (*outbox.Claim, error) {
+func readHeldClaim(br pgx.BatchResults, q *queries, maxPayload int32) (*outbox.Claim, error) {
 	for range 2 { // BEGIN, the timeout
 		if _, err := br.Exec(); err != nil {
 			return nil, err
 		}
 	}
-	return scanClaim(br, q)
+	return scanClaim(br, q, maxPayload)
 }
 
 // setIdleTimeout sets idle_in_transaction_session_timeout for the claim's

@@ -70,7 +70,7 @@ func TestAsyncCommit(t *testing.T) {
 			require.Equal(t, "on", show())
 			var ids []int64
 			var attempts []int32
-			rows, err := tx.Query(ctx, claimSQL, 1, time.Minute.Microseconds(), 0, int64(math.MaxInt64))
+			rows, err := tx.Query(ctx, claimSQL, 1, time.Minute.Microseconds(), 0, int64(math.MaxInt64), 0)
 			require.NoError(t, err)
 			for rows.Next() {
 				v, err := rows.Values()

@@ -95,12 +95,12 @@ func buildOrderedQueries(table string, q *queries, async string) [2]orderedQueri
 	var out [2]orderedQueries
 	for i, blocking := range []string{"0", "0, 2"} {
 		update := fmt.Sprintf(`UPDATE %[1]s AS o
-SET retry_count = COALESCE(o.retry_count, 0) + 1,
+SET retry_count = %[3]s,
 	next_retry_at = now() + $2::bigint * interval '1 microsecond',
 	updated_at = now()
 FROM c
 WHERE o.id = c.id
-RETURNING %[2]s`, table, q.columnList)
+RETURNING %[2]s`, table, q.columnList, nextAttempt("o.retry_count"))
 		// The walk probes only the first row of each aggregate in the window:
 		// a later row of the same aggregate there is never a head, since that
 		// first row is pending before it. With a few aggregates holding a deep
@@ -128,6 +128,7 @@ RETURNING %[2]s`, table, q.columnList)
 )
 SELECT u.*, b.beyond FROM (SELECT count(*) > $3 AS beyond FROM win) AS b LEFT JOIN u ON true`,
 			table, blocking, indent(update), async)
+		out[i].walk = payloadParam(out[i].walk, 4) // after $1 limit, $2 lease µs, $3 window
 
 		// heads walks the head index one aggregate at a time: each step
 		// finds the first pending or dead row of the next aggregate, which is
@@ -160,8 +161,9 @@ SELECT u.*, v.visited FROM (SELECT CASE WHEN (SELECT count(*) FROM c) < $1 THEN 
 		// only when c came back short, so the recursion already ran to the
 		// end and heads is fully computed.
 		const key = `(h.aggregate_type COLLATE "C", h.aggregate_id COLLATE "C")`
-		out[i].headsFrom = heads(key+" > ($3::text, $4::text)", "")
-		out[i].headsUpTo = heads(key+" <= ($3::text, $4::text)", "\n\t\t  AND "+key+" <= ($3::text, $4::text)")
+		// After $1 limit, $2 lease µs, $3 and $4 the aggregate: $5.
+		out[i].headsFrom = payloadParam(heads(key+" > ($3::text, $4::text)", ""), 5)
+		out[i].headsUpTo = payloadParam(heads(key+" <= ($3::text, $4::text)", "\n\t\t  AND "+key+" <= ($3::text, $4::text)"), 5)
 	}
 	// out[0] is "0" (DeadSkips), out[1] is "0, 2" (DeadBlocks).
 	return out
@@ -205,14 +207,14 @@ func (s *Store) claimOrdered(ctx context.Context, q *queries, p outbox.ClaimPara
 	if err != nil {
 		return nil, err
 	}
-	lease := p.Lease.Microseconds()
+	lease, mp := p.Lease.Microseconds(), payloadLimit(p.MaxPayload)
 	claim := &outbox.Claim{}
 	if !st.headIndex {
 		mode := claimOrdered
 		if p.BlockOnDead {
 			mode = claimOrderedBlockOnDead
 		}
-		if _, err := s.claimInto(ctx, claim, q, q.claim[mode], false, p.Limit, lease); err != nil {
+		if _, err := s.claimInto(ctx, claim, q, q.claim[mode], false, mp, p.Limit, lease); err != nil {
 			return nil, err
 		}
 		sortClaim(claim)
@@ -230,7 +232,7 @@ func (s *Store) claimOrdered(ctx context.Context, q *queries, p outbox.ClaimPara
 	if aggs > 0 && aggs <= int64(p.Limit) {
 		// Few aggregates: the skip scan alone, from the first aggregate.
 		var visited pgtype.Int8
-		if err := s.claimRows(ctx, claim, q, oq.headsFrom, []any{&visited}, p.Limit, lease, "", ""); err != nil {
+		if err := s.claimRows(ctx, claim, q, oq.headsFrom, []any{&visited}, mp, p.Limit, lease, "", ""); err != nil {
 			return nil, err
 		}
 		s.setAggregates(st, policy, visited)
@@ -239,18 +241,18 @@ func (s *Store) claimOrdered(ctx context.Context, q *queries, p outbox.ClaimPara
 	}
 
 	var beyond bool
-	if err := s.claimRows(ctx, claim, q, oq.walk, []any{&beyond}, p.Limit, lease, orderedWindow(p.Limit)); err != nil {
+	if err := s.claimRows(ctx, claim, q, oq.walk, []any{&beyond}, mp, p.Limit, lease, orderedWindow(p.Limit)); err != nil {
 		return nil, err
 	}
 	if n := claimed(claim); n < p.Limit && beyond {
 		from := &outbox.Claim{}
 		var visitedFrom, visitedUpTo pgtype.Int8
-		if err := s.claimRows(ctx, from, q, oq.headsFrom, []any{&visitedFrom}, p.Limit-n, lease, cur.aggType, cur.aggID); err != nil {
+		if err := s.claimRows(ctx, from, q, oq.headsFrom, []any{&visitedFrom}, mp, p.Limit-n, lease, cur.aggType, cur.aggID); err != nil {
 			return nil, err
 		}
 		upTo := &outbox.Claim{}
 		if m := claimed(from); n+m < p.Limit && cur.set {
-			if err := s.claimRows(ctx, upTo, q, oq.headsUpTo, []any{&visitedUpTo}, p.Limit-n-m, lease,
+			if err := s.claimRows(ctx, upTo, q, oq.headsUpTo, []any{&visitedUpTo}, mp, p.Limit-n-m, lease,
 				cur.aggType, cur.aggID); err != nil {
 				return nil, err
 			}
@@ -317,28 +319,29 @@ func lastAggregate(c *outbox.Claim) (orderedCursor, bool) {
 // withBeyond, every result row ends with a boolean (the walk's "beyond"),
 // and a row whose id is NULL carries only that flag; claimInto returns it.
 func (s *Store) claimInto(ctx context.Context, claim *outbox.Claim, q *queries, sql string, withBeyond bool,
-	args ...any) (bool, error) {
+	maxPayload int32, args ...any) (bool, error) {
 	var beyond bool
 	var flags []any
 	if withBeyond {
 		flags = []any{&beyond}
 	}
-	err := s.claimRows(ctx, claim, q, sql, flags, args...)
+	err := s.claimRows(ctx, claim, q, sql, flags, maxPayload, args...)
 	return beyond, err
 }
 
-// claimRows runs a claim statement and adds its rows to claim. With flags,
+// claimRows runs a claim statement with args and then maxPayload, its last
+// parameter (see payloadColumn), and adds its rows to claim. With flags,
 // every result row ends with those columns, scanned into flags (the same in
 // every row), and a row whose id is NULL carries only the flags.
 func (s *Store) claimRows(ctx context.Context, claim *outbox.Claim, q *queries, sql string, flags []any,
-	args ...any) error {
-	rows, err := s.pool.Query(ctx, sql, args...)
+	maxPayload int32, args ...any) error {
+	rows, err := s.pool.Query(ctx, sql, append(args, maxPayload)...)
 	if err != nil {
 		return fmt.Errorf("pgstore: claim: %w", err)
 	}
 	defer rows.Close()
 	var r claimedRow
-	dest := r.dest(q)
+	dest := r.dest(q, maxPayload)
 	var id pgtype.Int8
 	var attempt pgtype.Int4
 	if len(flags) > 0 { // the flag row has NULL in every claimed column

@@ -189,7 +189,7 @@ func TestOrderedWalkProbesEachAggregateOnce(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tx.Rollback(t.Context())) }() // EXPLAIN ANALYZE runs the claim: undo it
 	var plan []map[string]any
-	require.NoError(t, tx.QueryRow(t.Context(), "EXPLAIN (ANALYZE, FORMAT JSON) "+walk, limit, time.Hour.Microseconds(), window).
+	require.NoError(t, tx.QueryRow(t.Context(), "EXPLAIN (ANALYZE, FORMAT JSON) "+walk, limit, time.Hour.Microseconds(), window, 0).
 		Scan(&plan))
 	probes := 0.0
 	var visit func(n map[string]any)

@@ -43,11 +43,34 @@ CREATE INDEX ON %[1]s (aggregate_type, aggregate_id);`
 
 func TestStore(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, storetest.Harness{
+	storetest.Run(t, harness())
+}
+
+// TestHostileRowsEachClaim runs storetest's hostile rows with the ways of
+// claiming that TestStore does not use: batch leases (on a migrated table
+// only, since they need its side table) and held claims.
+func TestHostileRowsEachClaim(t *testing.T) {
+	t.Parallel()
+	for _, tc := range unorderedClaims[1:] {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := harness(tc.opts...)
+			if tc.name == "BatchLeases" {
+				h.ContractOnly = nil
+			}
+			storetest.RunHostileRows(t, h)
+		})
+	}
+}
+
+// harness is storetest's harness for Stores with opts. Stores on a table
+// with only the contract's columns write through the database/sql path.
+func harness(opts ...pgstore.Option) storetest.Harness {
+	return storetest.Harness{
 		Dialect: storetest.Postgres,
 		New: func(t *testing.T) *storetest.Fixture {
 			pool, _, _ := testsvc.PostgresSchema(t)
-			s := newStore(t, pool)
+			s := newStore(t, pool, opts...)
 			w := outbox.NewWriter(s)
 			return &storetest.Fixture{
 				Store: s,
@@ -61,7 +84,7 @@ func TestStore(t *testing.T) {
 		ContractOnly: func(t *testing.T) *storetest.Fixture {
 			pool, _, _ := testsvc.PostgresSchema(t)
 			exec(t, pool, fmt.Sprintf(contractDDL, "legacy_outbox", "jsonb", "timestamptz"))
-			s, err := pgstore.New(pool, pgstore.WithTable("legacy_outbox"))
+			s, err := pgstore.New(pool, append([]pgstore.Option{pgstore.WithTable("legacy_outbox")}, opts...)...)
 			require.NoError(t, err)
 			db := sqlDB(t, pool)
 			w := outbox.NewWriter(s.SQLTx()) // the database/sql path
@@ -74,7 +97,7 @@ func TestStore(t *testing.T) {
 				Table: "legacy_outbox",
 			}
 		},
-	})
+	}
 }
 
 func newStore(t testing.TB, pool *pgxpool.Pool, opts ...pgstore.Option) *pgstore.Store {
@@ -596,4 +619,29 @@ func TestPing(t *testing.T) {
 	s, err = pgstore.New(dead)
 	require.NoError(t, err)
 	require.Error(t, s.Ping(t.Context()))
+}
+
+// TestTextCreatedAt: on a team's own table whose created_at is text, one row
+// whose text is not a time made every claim fail (the claim cast it to
+// timestamptz). The row is delivered with no CreatedAt, and its neighbours
+// with theirs.
+func TestTextCreatedAt(t *testing.T) {
+	t.Parallel()
+	pool, _, _ := testsvc.PostgresSchema(t)
+	exec(t, pool, fmt.Sprintf(contractDDL, "text_times", "jsonb", "timestamptz"))
+	exec(t, pool, "ALTER TABLE text_times ALTER COLUMN created_at DROP DEFAULT, ALTER COLUMN created_at TYPE text")
+	for _, created := range []string{"2026-01-02 03:04:05.678+00", "long ago", "2026-01-02T03:04:05Z"} {
+		exec(t, pool, `INSERT INTO text_times (message_id, aggregate_type, aggregate_id, event_type, payload, created_at)
+			VALUES (gen_random_uuid()::text, 'order', '1', 'E', '{}', $1)`, created)
+	}
+	s, err := pgstore.New(pool, pgstore.WithTable("text_times"))
+	require.NoError(t, err)
+	c, err := s.Claim(t.Context(), outbox.ClaimParams{Limit: 10, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, c.Malformed)
+	require.Len(t, c.Messages, 3)
+	want := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	require.Equal(t, want.Add(678*time.Millisecond), c.Messages[0].CreatedAt.UTC())
+	require.True(t, c.Messages[1].CreatedAt.IsZero())
+	require.Equal(t, want, c.Messages[2].CreatedAt.UTC())
 }

@@ -3,7 +3,10 @@ package pgstore
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
+
+	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
 // contractColumns are the columns every table must have (shared/DESIGN.md).
@@ -18,6 +21,7 @@ type queries struct {
 	headers, topic, partitionKey, lastError bool
 	payloadJSON                             bool // the payload column is json or jsonb
 	utf8                                    bool // the server encoding is UTF8
+	createdAtText                           bool // created_at is text: read as text, parsed by message
 
 	columnList   string        // the columns a claimedRow scans, of the table aliased o
 	dataColumns  string        // columnList without id and the attempt
@@ -33,11 +37,57 @@ type queries struct {
 	stats        string
 }
 
+// counted is the SQL of the attempts a row's retry_count says were made,
+// within what a claim counts: NULL and negative counts are 0, and counts at
+// or past rowcheck.MaxAttempt - 1 (an integer column's limit, or a bigint
+// column's larger value) are rowcheck.MaxAttempt - 1, so that nextAttempt
+// never overflows an integer, which would fail every claim.
+func counted(col string) string {
+	return fmt.Sprintf("LEAST(GREATEST(COALESCE(%s, 0), 0), %d)::integer", col, rowcheck.MaxAttempt-1)
+}
+
+// nextAttempt is the SQL of the attempt a claim hands out for a row, and
+// writes as its retry_count: counted + 1, at most rowcheck.MaxAttempt (a row
+// handed out with it comes back malformed, claimedRow.message).
+func nextAttempt(col string) string { return counted(col) + " + 1" }
+
 const (
 	claimUnordered = iota
 	claimOrdered
 	claimOrderedBlockOnDead
 )
+
+// claimPayloadParam is the number of the parameter that carries the payload
+// limit in claim statement i (of claim or the batch leases' claim): after
+// the limit, the lease and, unordered, the range of ids.
+func claimPayloadParam(i int) int {
+	if i == claimUnordered {
+		return 5
+	}
+	return 3
+}
+
+// maxPayloadParam stands, in the claimed columns (columnList, dataColumns),
+// for the parameter that carries the claim's payload limit, which each
+// statement numbers its own way (payloadParam puts the number in).
+const maxPayloadParam = "$max_payload"
+
+// payloadColumn reads the payload as text; with a payload limit (the
+// parameter is above 0), at most limit + 1 characters of it. That is all of
+// a payload within the limit (a character takes at least a byte) and enough
+// of a larger one to tell that it is larger, so a claim never reads a huge
+// payload: it reports the row (rowcheck.TooLarge) and its size is read on its
+// own (readPayloadSizes).
+const payloadColumn = "CASE WHEN " + maxPayloadParam + "::integer > 0 THEN left(o.payload::text, " +
+	maxPayloadParam + "::integer + 1) ELSE o.payload::text END"
+
+// payloadParam numbers the payload limit's parameter of sql: $n.
+func payloadParam(sql string, n int) string {
+	return strings.ReplaceAll(sql, maxPayloadParam, "$"+strconv.Itoa(n))
+}
+
+// payloadLimit is ClaimParams.MaxPayload as the parameter of payloadColumn.
+func payloadLimit(n int) int32 { return int32(rowcheck.PayloadLimit(n)) }
 
 // jsonCast returns the cast that turns a text parameter into the column's type.
 func jsonCast(col, typ string) (string, error) {
@@ -116,9 +166,16 @@ ORDER BY m.ord`, table, strings.Join(names, ", "), strings.Join(exprs, ", "))
 
 	// Claim: lock due rows without waiting for other relays' locks, count the
 	// attempt and lease them, all in one statement (one implicit transaction).
+	// A created_at kept as text (a team's own table) is read as text: a cast
+	// to timestamptz in the statement would fail the whole claim on one row
+	// whose text is not a time.
+	createdAt := "o.created_at::timestamptz"
+	if t := cols["created_at"]; t == "text" || strings.HasPrefix(t, "character") {
+		q.createdAtText, createdAt = true, "o.created_at::text"
+	}
 	returning := []string{
 		"o.id", "COALESCE(o.retry_count, 0)", "o.message_id::text", "o.aggregate_type::text", "o.aggregate_id::text",
-		"o.event_type::text", "o.payload::text", "o.created_at::timestamptz",
+		"o.event_type::text", payloadColumn, createdAt,
 	}
 	if q.headers {
 		returning = append(returning, "o.headers::text")
@@ -144,12 +201,13 @@ ORDER BY m.ord`, table, strings.Join(names, ", "), strings.Join(exprs, ", "))
 	FOR UPDATE SKIP LOCKED
 )
 UPDATE %[1]s AS o
-SET retry_count = COALESCE(o.retry_count, 0) + 1,
+SET retry_count = %[3]s,
 	next_retry_at = now() + $2::bigint * interval '1 microsecond',
 	updated_at = now()
 FROM c
 WHERE o.id = c.id
-RETURNING %[2]s`, table, q.columnList)
+RETURNING %[2]s`, table, q.columnList, nextAttempt("o.retry_count"))
+		q.claim[i] = payloadParam(q.claim[i], claimPayloadParam(i))
 	}
 
 	// The fence every later statement shares: the row is still pending and
@@ -181,7 +239,7 @@ WHERE %s`, table, lastErr, fence)
 	// that it never reads all sent rows.
 	q.stats = fmt.Sprintf(`SELECT
 	count(*) FILTER (WHERE status = 0),
-	COALESCE((EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 0)) * 1000000)::bigint, 0),
+	COALESCE((EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 0 AND isfinite(created_at))) * 1000000)::bigint, 0),
 	count(*) FILTER (WHERE status = 2),
 	count(*) FILTER (WHERE status = 1 AND updated_at >= now() - interval '1 minute'),
 	count(*) FILTER (WHERE status = 1 AND updated_at >= now() - interval '1 hour'),

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
 // maxErrorLength caps the text stored in last_error, in bytes.
@@ -25,15 +26,51 @@ const maxErrorLength = 4096
 // p.Lease, in one statement. With p.Ordered it takes only rows that have no
 // earlier pending row (or dead row, with p.BlockOnDead) of the same
 // aggregate_type and aggregate_id. Rows with a NULL or empty required
-// column, text that is not valid UTF-8, a payload that is not JSON or
-// headers that are not a JSON object of strings come back in
-// Claim.Malformed.
+// column, text that is not valid UTF-8, a payload that is not JSON,
+// headers that are not a JSON object of strings, or a retry_count that
+// reached the most attempts an integer counts (2147483647) come back in
+// Claim.Malformed. A NULL or negative retry_count counts as 0.
+//
+// With p.MaxPayload, a claim reads no more than about that much of each
+// payload: a row whose payload is larger comes back in Claim.Malformed
+// with the payload's size, which is read on its own, without the payload.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
 	c, err := s.claim(ctx, p)
 	if c != nil {
 		c.ValidJSON = true // message() checked every payload, or the column type did
+		run := s.poolRow
+		if h, ok := c.Held.(*heldClaim); ok { // the pool may have no connection to spare
+			run = func(ctx context.Context, sql string, args ...any) scanner { return h.conn.QueryRow(ctx, sql, args...) }
+		}
+		s.readPayloadSizes(ctx, run, c)
 	}
 	return c, err
+}
+
+// readPayloadSizes reads the size of each payload that made a row of c
+// malformed for being over the claim's limit, without reading the payloads.
+// If it cannot, the rows say "more than" the limit.
+func (s *Store) readPayloadSizes(ctx context.Context, run rowQuerier, c *outbox.Claim) {
+	big := map[int64]*rowcheck.TooLarge{}
+	var ids []int64
+	for _, bad := range c.Malformed {
+		if e, ok := bad.Err.(*rowcheck.TooLarge); ok {
+			big[e.Row] = e
+			ids = append(ids, e.Row)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	var got, sizes []int64
+	err := run(ctx, fmt.Sprintf(`SELECT COALESCE(array_agg(o.id), '{}'), COALESCE(array_agg(octet_length(o.payload::text)::bigint), '{}')
+FROM %s AS o WHERE o.id = ANY($1::bigint[])`, s.ident), ids).Scan(&got, &sizes)
+	if err != nil {
+		return
+	}
+	for i, id := range got {
+		big[id].Size = sizes[i]
+	}
 }
 
 func (s *Store) claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
@@ -61,7 +98,8 @@ func (s *Store) claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	}
 	return s.fromCursor(p.Limit, func(limit int, lo, hi int64) (*outbox.Claim, error) {
 		claim := &outbox.Claim{}
-		_, err := s.claimInto(ctx, claim, q, q.claim[claimUnordered], false, limit, p.Lease.Microseconds(), lo, hi)
+		_, err := s.claimInto(ctx, claim, q, q.claim[claimUnordered], false, payloadLimit(p.MaxPayload),
+			limit, p.Lease.Microseconds(), lo, hi)
 		return claim, err
 	})
 }
@@ -94,17 +132,24 @@ type claimedRow struct {
 	attempt                                       int32
 	messageID, aggType, aggID, eventType, payload pgtype.Text
 	createdAt                                     pgtype.Timestamptz
+	createdAtText                                 pgtype.Text // instead, when the column is text
 	headers, topic, partitionKey                  pgtype.Text
 
 	// What the database already guarantees, so that message need not check
 	// it again: the payload column is json or jsonb (valid JSON), the
 	// server encoding is UTF8 (valid UTF-8 text).
 	validJSON, validUTF8 bool
+	// maxPayload is the claim's payload limit, 0 for none: a longer payload
+	// was read only in part (payloadColumn).
+	maxPayload int32
 }
 
-func (r *claimedRow) dest(q *queries) []any {
-	r.validJSON, r.validUTF8 = q.payloadJSON, q.utf8
+func (r *claimedRow) dest(q *queries, maxPayload int32) []any {
+	r.validJSON, r.validUTF8, r.maxPayload = q.payloadJSON, q.utf8, maxPayload
 	d := []any{&r.id, &r.attempt, &r.messageID, &r.aggType, &r.aggID, &r.eventType, &r.payload, &r.createdAt}
+	if q.createdAtText {
+		d[7] = &r.createdAtText
+	}
 	if q.headers {
 		d = append(d, &r.headers)
 	}
@@ -131,6 +176,15 @@ func (r *claimedRow) message() (*outbox.Message, error) {
 		PartitionKey:  r.partitionKey.String,
 		CreatedAt:     r.createdAt.Time,
 	}
+	if r.createdAtText.Valid {
+		m.CreatedAt = parseCreatedAt(r.createdAtText.String)
+	}
+	// A payload over the limit was read only in part: nothing to check.
+	tooLarge := r.maxPayload > 0 && r.payload.Valid && len(r.payload.String) > int(r.maxPayload)
+	payload := r.payload
+	if tooLarge {
+		payload = pgtype.Text{String: "{}", Valid: true}
+	}
 	// A UTF8 database returns only valid UTF-8, but a SQL_ASCII one returns
 	// the bytes as stored, and a team's own table may keep payload and
 	// headers as text: check what jsonb and the encoding would guarantee.
@@ -141,7 +195,7 @@ func (r *claimedRow) message() (*outbox.Message, error) {
 		required bool
 	}{
 		{"message_id", r.messageID, true}, {"aggregate_type", r.aggType, true}, {"aggregate_id", r.aggID, true},
-		{"event_type", r.eventType, true}, {"payload", r.payload, true},
+		{"event_type", r.eventType, true}, {"payload", payload, true},
 		{"headers", r.headers, false}, {"topic", r.topic, false}, {"partition_key", r.partitionKey, false},
 	} {
 		switch {
@@ -155,7 +209,7 @@ func (r *claimedRow) message() (*outbox.Message, error) {
 			bad = append(bad, c.name+" is not valid UTF-8")
 		}
 	}
-	if r.payload.Valid {
+	if r.payload.Valid && !tooLarge {
 		m.Payload = json.RawMessage(r.payload.String)
 		if !r.validJSON && r.payload.String != "" && !json.Valid(m.Payload) {
 			bad = append(bad, "payload is not valid JSON")
@@ -166,10 +220,29 @@ func (r *claimedRow) message() (*outbox.Message, error) {
 			bad = append(bad, "headers are not a JSON object of strings: "+err.Error())
 		}
 	}
+	if r.attempt >= rowcheck.MaxAttempt {
+		bad = append(bad, rowcheck.AttemptsUncounted)
+	}
+	if tooLarge {
+		return m, &rowcheck.TooLarge{Store: "pgstore", Row: r.id, Size: -1, Limit: int(r.maxPayload), Also: strings.Join(bad, ", ")}
+	}
 	if len(bad) > 0 {
 		return m, fmt.Errorf("pgstore: row %d: %s", r.id, strings.Join(bad, ", "))
 	}
 	return m, nil
+}
+
+// parseCreatedAt reads a created_at kept as text in the forms PostgreSQL
+// and ISO 8601 write times; the zero time (only the latency metric reads it)
+// when it is none of them.
+func parseCreatedAt(s string) time.Time {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02 15:04:05.999999999Z07", "2006-01-02 15:04:05.999999999Z07:00",
+		"2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999"} {
+		if t, err := time.Parse(layout, strings.TrimSpace(s)); err == nil {
+			return t
+		}
+	}
+	return time.Time{}
 }
 
 // decodeHeaders decodes a headers column into *h as json.Unmarshal does.
@@ -404,7 +477,7 @@ func (s *Store) Stats(ctx context.Context) (*outbox.Stats, error) {
 		&st.Pending, &oldestMicros, &st.Dead, &st.SentLastMinute, &st.SentLastHour, &st.OtherStatus); err != nil {
 		return nil, fmt.Errorf("pgstore: stats: %w", err)
 	}
-	st.OldestPending = max(time.Duration(oldestMicros)*time.Microsecond, 0)
+	st.OldestPending = rowcheck.Age(oldestMicros)
 	return &st, nil
 }
 

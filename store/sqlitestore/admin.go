@@ -5,10 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
 const (
@@ -53,8 +55,9 @@ func deadWhere(cols columns, f outbox.DeadFilter) (string, []any, error) {
 }
 
 // ListDead returns the dead rows f matches in id order, at most f.Limit
-// (default 100, capped at 10,000). Rows that cannot be decoded are listed
-// with what could be read. It only reads.
+// (default 100, capped at 10,000), without the payloads over f.MaxPayload.
+// Rows that cannot be decoded are listed with what could be read. It only
+// reads.
 func (s *Store) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.DeadMessage, error) {
 	cols, err := s.columns(ctx, s.db)
 	if err != nil {
@@ -73,8 +76,9 @@ func (s *Store) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.Dea
 	if cols.lastError {
 		lastErr = "last_error"
 	}
-	q := "SELECT " + strings.Join(sel, ", ") + ", " + lastErr + ", updated_at FROM " + s.table.quoted() +
-		" WHERE " + where + " ORDER BY id LIMIT ?"
+	maxPayload, payloadAt := rowcheck.PayloadLimit(f.MaxPayload), slices.Index(sel, colPayload)
+	q := "SELECT " + claimColumns(sel, maxPayload) + ", " + lastErr + ", updated_at, length(CAST(payload AS BLOB)) FROM " +
+		s.table.quoted() + " WHERE " + where + " ORDER BY id LIMIT ?"
 	rows, err := s.db.QueryContext(ctx, q, append(args, min(limit, maxDeadLimit))...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: list dead: %w", err)
@@ -82,7 +86,7 @@ func (s *Store) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.Dea
 	defer rows.Close()
 	var out []outbox.DeadMessage
 	for rows.Next() {
-		vals := make([]any, len(sel)+2)
+		vals := make([]any, len(sel)+3)
 		ptrs := make([]any, len(vals))
 		for i := range vals {
 			ptrs[i] = &vals[i]
@@ -90,8 +94,12 @@ func (s *Store) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.Dea
 		if err := rows.Scan(ptrs...); err != nil {
 			return nil, fmt.Errorf("sqlitestore: list dead: read row: %w", err)
 		}
+		if maxPayload > 0 && rowcheck.Len(vals[payloadAt]) > maxPayload {
+			vals[payloadAt] = nil // read only in part
+		}
 		m, _ := decodeRow(sel, vals[:len(sel)]) // a dead row may well be malformed; list what there is
-		d := outbox.DeadMessage{Message: m, Attempts: m.Attempt}
+		size, _ := vals[len(sel)+2].(int64)
+		d := outbox.DeadMessage{Message: m, Attempts: m.Attempt, PayloadSize: size}
 		m.Attempt = 0 // not a claim
 		d.Reason, _, _ = text(vals[len(sel)])
 		d.DiedAt, _ = parseTime(vals[len(sel)+1])

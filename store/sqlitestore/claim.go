@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
 // Claim takes up to p.Limit due pending rows in id order, counts the attempt
@@ -27,8 +28,10 @@ import (
 // SQLite can read (so that a row with a garbled time is retried, not stuck).
 // With p.Ordered only the head of each aggregate is claimed: a row none of
 // whose earlier rows (same aggregate_type and aggregate_id) is pending, or
-// dead when p.BlockOnDead. Rows that cannot be decoded come back in
-// Claim.Malformed.
+// dead when p.BlockOnDead. Rows that cannot be decoded, and rows whose
+// retry_count reached the most attempts an INT counts (2147483647), come
+// back in Claim.Malformed, each error naming the row; a retry_count that is
+// NULL, negative or not a number counts as 0.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
 	if p.Limit < 1 {
 		return nil, fmt.Errorf("sqlitestore: claim: limit %d is less than 1", p.Limit)
@@ -67,6 +70,7 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, sel []
 
 	now := time.Now()
 	c := &outbox.Claim{}
+	maxPayload, payloadAt := rowcheck.PayloadLimit(p.MaxPayload), slices.Index(sel, colPayload)
 	// read runs one claim statement and adds the rows it returns to c.
 	read := func(query string, args ...any) (int, error) {
 		rows, err := tx.QueryContext(ctx, query, args...)
@@ -85,8 +89,12 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, sel []
 				return n, fmt.Errorf("scan: %w", err)
 			}
 			n++
+			tooLarge := maxPayload > 0 && rowcheck.Len(vals[payloadAt]) > maxPayload
+			if tooLarge {
+				vals[payloadAt] = "{}" // read only in part (returning)
+			}
 			m, err := decodeRow(sel, vals)
-			if err != nil {
+			if err := rowcheck.RowError("sqlitestore", m, err, tooLarge, maxPayload); err != nil {
 				c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: m, Err: err})
 				continue
 			}
@@ -105,6 +113,7 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, sel []
 	if err != nil {
 		return nil, err
 	}
+	rowcheck.ReadSizes(ctx, tx, "SELECT id, length(CAST(payload AS BLOB)) FROM "+s.table.quoted()+" WHERE id IN (%s)", c.Malformed)
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
@@ -147,8 +156,7 @@ func (s *Store) claimSQL(cols columns, p outbox.ClaimParams) (string, []string) 
 	t := s.table.quoted()
 	sel := selectColumns(cols)
 	var b strings.Builder
-	b.WriteString("UPDATE " + t + " SET retry_count = COALESCE(retry_count, 0) + 1, next_retry_at = ?1, updated_at = ?2")
-	b.WriteString(" WHERE id IN (SELECT c.id FROM " + t + " AS c")
+	b.WriteString(claimUpdate(t) + " WHERE id IN (SELECT c.id FROM " + t + " AS c")
 	if cols.pendingIndex {
 		// Left to itself the planner prefers the covering (status,
 		// next_retry_at) index and sorts every pending row by id.
@@ -163,8 +171,35 @@ func (s *Store) claimSQL(cols columns, p outbox.ClaimParams) (string, []string) 
 		b.WriteString(" AND NOT EXISTS (SELECT 1 FROM " + t + " AS h WHERE h.aggregate_type = c.aggregate_type" +
 			" AND h.aggregate_id = c.aggregate_id AND h.id < c.id AND h.status IN (" + blocking + "))")
 	}
-	b.WriteString(" ORDER BY c.id LIMIT ?3) RETURNING " + strings.Join(sel, ", "))
+	b.WriteString(" ORDER BY c.id LIMIT ?3) RETURNING " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)))
 	return b.String(), sel
+}
+
+// claimUpdate is the start of a claim statement on the quoted table t: it
+// counts the attempt and leases the row until ?1, at ?2 (now). The attempt
+// is the count of attempts made so far plus one, where a count that is
+// NULL, negative or not a number is taken as 0 and one past
+// rowcheck.MaxAttempt - 1 (a huge integer, which adding one would turn into
+// a REAL) as rowcheck.MaxAttempt - 1, so that the count stays an integer the
+// fence can match; a row handed out with rowcheck.MaxAttempt comes back
+// malformed.
+func claimUpdate(t string) string {
+	return fmt.Sprintf("UPDATE %s SET retry_count = MIN(MAX(CAST(COALESCE(retry_count, 0) AS INTEGER), 0), %d) + 1,"+
+		" next_retry_at = ?1, updated_at = ?2", t, rowcheck.MaxAttempt-1)
+}
+
+// claimColumns is the list of the columns sel, as a claim returns them or
+// ListDead reads them. With a payload limit (above 0), it reads at most
+// limit + 1 characters of the payload: all of a payload within the limit (a
+// character takes at least a byte), and enough of a larger one to tell, so
+// that no huge payload is read into memory (a claim reads the size on its
+// own). The limit is an integer, not text from outside.
+func claimColumns(sel []string, maxPayload int) string {
+	cols := slices.Clone(sel)
+	if i := slices.Index(cols, colPayload); i >= 0 && maxPayload > 0 {
+		cols[i] = "substr(payload, 1, " + strconv.Itoa(maxPayload+1) + ")"
+	}
+	return strings.Join(cols, ", ")
 }
 
 // decodeRow turns a claimed row into a Message. On failure it returns the

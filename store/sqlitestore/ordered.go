@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
 // An ordered claim hands out only heads: rows with no earlier row of their
@@ -71,9 +72,8 @@ func (s *Store) orderedClaimSQL(cols columns, p outbox.ClaimParams, sel []string
 		onHead += " AND h.status = 0"
 	}
 	const due = "c.status = 0 AND COALESCE(julianday(c.next_retry_at, 'auto'), 0) <= julianday(?2)"
-	update := "UPDATE " + t + " SET retry_count = COALESCE(retry_count, 0) + 1, next_retry_at = ?1, updated_at = ?2" +
-		" WHERE id IN (SELECT c.id FROM " + t + " AS c"
-	returning := " ORDER BY c.id LIMIT ?3) RETURNING " + strings.Join(sel, ", ")
+	update := claimUpdate(t) + " WHERE id IN (SELECT c.id FROM " + t + " AS c"
+	tail := " ORDER BY c.id LIMIT ?3) RETURNING " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload))
 	window := func(offset string) string {
 		return "SELECT w.id FROM " + t + " AS w" + pending + " WHERE " + strings.ReplaceAll(due, "c.", "w.") +
 			" ORDER BY w.id LIMIT 1 OFFSET " + offset
@@ -82,10 +82,10 @@ func (s *Store) orderedClaimSQL(cols columns, p outbox.ClaimParams, sel []string
 		walk: update + pending + " WHERE " + due + " AND c.id <= COALESCE((" + window(strconv.Itoa(orderedWindow(p.Limit)-1)) +
 			"), 9223372036854775807) AND NOT EXISTS (SELECT 1 FROM " + t + " AS h" + head +
 			" WHERE h.aggregate_type = c.aggregate_type AND h.aggregate_id = c.aggregate_id AND h.id < c.id AND " +
-			onHead + ")" + returning,
+			onHead + ")" + tail,
 		beyond: window("?3"),
 		heads: update + " WHERE c.id IN (SELECT min(h.id) FROM " + t + " AS h" + head + " WHERE " + onHead +
-			" GROUP BY h.aggregate_type, h.aggregate_id) AND " + due + returning,
+			" GROUP BY h.aggregate_type, h.aggregate_id) AND " + due + tail,
 	}
 }
 

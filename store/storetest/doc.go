@@ -30,8 +30,13 @@
 // alone by claims and counted apart in [outbox.Stats.OtherStatus],
 // concurrent claimers that never share a row, per-aggregate ordered claims
 // (also under concurrency), malformed rows reported in [outbox.Claim] so they
-// can be killed, a Writer round trip that keeps every field, and a table
-// made by hand with only the contract columns. When the store also
+// can be killed, a Writer round trip that keeps every field, a table made
+// by hand with only the contract columns, and hostile rows (values a writer
+// in another language can put in those columns: a retry_count at an
+// integer's limit, NULLs, times far in the past or future, headers that are
+// not an object) that a relay must deliver, leave waiting or kill with a
+// reason naming the row, while it delivers the rows around them
+// ([RunHostileRows] runs that part alone). When the store also
 // implements [outbox.Admin], the suite checks listing, retrying and
 // discarding dead rows and archiving sent ones; otherwise those subtests
 // are skipped.
@@ -41,7 +46,8 @@
 // The suite plants and inspects rows with plain SQL through [Fixture.DB]:
 // INSERT, UPDATE and SELECT on the contract columns (and last_error on
 // migrated tables; on Postgres and MySQL also an ALTER TABLE that lets
-// status be NULL), with `?` placeholders that it rewrites to `$n` for
+// status be NULL; and a DROP TABLE and CREATE TABLE that make the
+// ContractOnly table again with looser types), with `?` placeholders that it rewrites to `$n` for
 // [Postgres]. Timestamps are bound through [Harness.Time] and read back
 // through [Harness.ParseTime], so a store that keeps time in its own format
 // (unix microseconds, ISO-8601 text) says how.

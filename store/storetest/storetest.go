@@ -118,6 +118,8 @@ func Run(t *testing.T, h Harness) {
 		{"DuplicateMessageIDFails", s.duplicateMessageID},
 		{"MalformedRowsCanBeKilled", s.malformed},
 		{"ContractOnlyTable", s.contractOnly},
+		{"HostileRowsDoNotStopDelivery", s.hostile},
+		{"OversizedPayloadsAreNotRead", s.oversized},
 		{"AdminListDead", s.adminListDead},
 		{"AdminRetryDead", s.adminRetryDead},
 		{"AdminDiscardDead", s.adminDiscardDead},
