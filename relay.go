@@ -40,6 +40,7 @@ type Relay struct {
 	running atomic.Bool
 
 	hBatch []HookBatch
+	hClaim []HookClaim
 	hMsg   []HookMessage
 	hDest  []HookDestination
 	// hookMu makes the hooks see one call at a time, also while several
@@ -68,6 +69,9 @@ func NewRelay(store Store, pub Publisher, opts ...RelayOption) (*Relay, error) {
 	for _, h := range cfg.hooks {
 		if h, ok := h.(HookBatch); ok {
 			r.hBatch = append(r.hBatch, h)
+		}
+		if h, ok := h.(HookClaim); ok {
+			r.hClaim = append(r.hClaim, h)
 		}
 		if h, ok := h.(HookMessage); ok {
 			r.hMsg = append(r.hMsg, h)
@@ -424,6 +428,9 @@ func (r *Relay) claim(ctx context.Context, limit int) (*batch, error) {
 		BlockOnDead: r.cfg.ordered && r.cfg.deadPolicy == DeadBlocks,
 		Delete:      r.cfg.deleteSent,
 	})
+	if ctx.Err() == nil {
+		r.claimDone(err)
+	}
 	if err != nil {
 		err = fmt.Errorf("claim batch: %w", err)
 		if ctx.Err() == nil { // a claim cut short by a stop is no failure of the store
@@ -667,6 +674,17 @@ func (r *Relay) message(ev MessageEvent) {
 	defer r.hookMu.Unlock()
 	for _, h := range r.hMsg {
 		h.OnMessage(ev)
+	}
+}
+
+func (r *Relay) claimDone(err error) {
+	if len(r.hClaim) == 0 {
+		return
+	}
+	r.hookMu.Lock()
+	defer r.hookMu.Unlock()
+	for _, h := range r.hClaim {
+		h.OnClaim(err)
 	}
 }
 

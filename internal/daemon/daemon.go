@@ -172,9 +172,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	hooks := slices.Clone(d.opts.hooks)
 	var (
-		m   *metrics.Metrics
-		reg *prometheus.Registry
-		ln  net.Listener
+		m      *metrics.Metrics
+		reg    *prometheus.Registry
+		ln     net.Listener
+		claims = &claimHealth{}
 	)
 	if cfg.HTTP != "" {
 		reg = metrics.NewRegistry()
@@ -182,7 +183,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return err
 		}
 		pub = m.WrapPublisher(pub)
-		hooks = append(hooks, m)
+		hooks = append(hooks, m, claims)
 		if ln, err = net.Listen("tcp", cfg.HTTP); err != nil {
 			return fmt.Errorf("http server: %w", err)
 		}
@@ -234,7 +235,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		g.Go(func() error { return arch.run(gctx) })
 	}
 	if ln != nil {
-		h := d.handler(reg, db, brokers)
+		h := d.handler(reg, db, brokers, claims)
 		g.Go(func() error { return m.PollStats(gctx, db.Store, cfg.StatsInterval) })
 		g.Go(func() error { return serveHTTP(gctx, ln, h) })
 	}

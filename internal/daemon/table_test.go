@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/metrics"
 )
 
 // A relay on a table it cannot work on does not start: Run fails before
@@ -92,4 +94,78 @@ created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), updated_at DATETIM
 			}
 		})
 	}
+}
+
+// /readyz follows the claims, not only the pings: a table changed under a
+// running relay (a column renamed) fails every claim while both the database
+// and the broker answer, which makes /readyz 503 naming the claims, and 200
+// again once the table is put back.
+func TestReadinessFollowsFailingClaims(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		db   func(t *testing.T) (config.Secret, func(sql string))
+	}{
+		{"Postgres", func(t *testing.T) (config.Secret, func(string)) {
+			pool, _, dsn := testsvc.PostgresSchema(t)
+			return config.NewSecret(dsn), func(sql string) {
+				_, err := pool.Exec(context.Background(), sql)
+				require.NoError(t, err)
+			}
+		}},
+		{"MariaDB", func(t *testing.T) (config.Secret, func(string)) {
+			db, dsn := testsvc.MySQLDatabase(t)
+			return config.NewSecret(mysqlURL(t, dsn)), func(sql string) {
+				_, err := db.ExecContext(context.Background(), sql)
+				require.NoError(t, err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dsn, exec := tc.db(t)
+			db, err := OpenDB(context.Background(), dsn, DBParams{})
+			require.NoError(t, err)
+			require.NoError(t, db.Store.Migrate(context.Background()))
+			db.Close()
+			stream := newNATSStream(t)
+			cfg := baseConfig(dsn, stream.broker("events"))
+			cfg.HTTP = "127.0.0.1:0"
+			d, err := New(cfg, nil)
+			require.NoError(t, err)
+			stop := running(t, d)
+			ready := func() (int, string) { return getReadyz(t, d) }
+			var code int
+			var body string
+			testsvc.Eventually(t, 10*time.Second, func() bool { code, body = ready(); return code == http.StatusOK },
+				"ready on a good table")
+			require.Contains(t, body, "ok   claims")
+
+			exec("ALTER TABLE outbox_message RENAME COLUMN retry_count TO retries")
+			testsvc.Eventually(t, 15*time.Second, func() bool {
+				code, body = ready()
+				return code == http.StatusServiceUnavailable
+			}, "not ready while every claim fails")
+			require.Contains(t, body, "ok   store", "the database answers pings")
+			require.Contains(t, body, "ok   broker events")
+			require.Contains(t, body, "FAIL claims\n", "no details without readyz_details")
+
+			exec("ALTER TABLE outbox_message RENAME COLUMN retries TO retry_count")
+			testsvc.Eventually(t, 30*time.Second, func() bool { code, body = ready(); return code == http.StatusOK },
+				"ready again once the table is back")
+			require.NoError(t, stop())
+		})
+	}
+}
+
+// The HTTP server bounds every phase of a connection, so that slow or idle
+// clients cannot hold connections open.
+func TestHTTPServerTimeouts(t *testing.T) {
+	t.Parallel()
+	srv := newHTTPServer(context.Background(), http.NotFoundHandler())
+	for name, d := range map[string]time.Duration{"ReadHeaderTimeout": srv.ReadHeaderTimeout,
+		"ReadTimeout": srv.ReadTimeout, "WriteTimeout": srv.WriteTimeout, "IdleTimeout": srv.IdleTimeout} {
+		require.Positive(t, d, name)
+	}
+	require.Greater(t, srv.WriteTimeout, metrics.DefaultCheckTimeout, "a /readyz waiting for its checks can answer")
 }
