@@ -112,14 +112,25 @@ func (s *Store) prepareRelayStatements(ctx context.Context, cols map[string]stri
 		return []outbox.TableProblem{{Problem: "prepare the relay's statements: " + err.Error()}}
 	}
 	defer conn.Release()
-	var problems []outbox.TableProblem
+	// Statements that fail for one reason make one problem.
+	var reasons []string
+	failing := map[string][]string{}
 	for _, st := range stmts {
 		if _, err := conn.Conn().PgConn().Prepare(ctx, "", st.sql, nil); err != nil {
-			problems = append(problems, outbox.TableProblem{
-				Problem: fmt.Sprintf("the relay's %s statement fails on this table: %v", st.name, err),
-				Fix:     "give the columns the types docs/table-contract.md lists, or run `outbox migrate` on a new table",
-			})
+			why := err.Error()
+			if failing[why] == nil {
+				reasons = append(reasons, why)
+			}
+			failing[why] = append(failing[why], st.name)
 		}
+	}
+	var problems []outbox.TableProblem
+	for _, why := range reasons {
+		problems = append(problems, outbox.TableProblem{
+			Problem: fmt.Sprintf("the relay's statements fail on this table (%s): %s", strings.Join(failing[why], ", "), why),
+			Fix: "run `outbox migrate` with this config (it creates what its options need, such as the batch-lease table), " +
+				"or give the columns the types docs/table-contract.md lists",
+		})
 	}
 	return problems
 }

@@ -71,5 +71,5 @@ func TestCheckTableAfterMigrate(t *testing.T) {
 	exec(t, pool, tablecheck.CreateTable("bare", handMadeColumns, nil))
 	s, err := pgstore.New(pool, pgstore.WithTable("bare"), pgstore.WithBatchLease(true))
 	require.NoError(t, err)
-	require.ErrorContains(t, s.CheckTable(t.Context()), "batch-lease claim statement fails")
+	require.ErrorContains(t, s.CheckTable(t.Context()), "batch-lease claim): ERROR: relation \"bare_lease\" does not exist")
 }
