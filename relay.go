@@ -666,26 +666,24 @@ func (r *Relay) report(ctx context.Context, decided time.Time, sent []*Message, 
 	}
 }
 
-func (r *Relay) message(ev MessageEvent) {
-	if len(r.hMsg) == 0 {
+// callHooks calls each of hooks under the relay's hook lock.
+func callHooks[H any](r *Relay, hooks []H, call func(H)) {
+	if len(hooks) == 0 {
 		return
 	}
 	r.hookMu.Lock()
 	defer r.hookMu.Unlock()
-	for _, h := range r.hMsg {
-		h.OnMessage(ev)
+	for _, h := range hooks {
+		call(h)
 	}
 }
 
+func (r *Relay) message(ev MessageEvent) {
+	callHooks(r, r.hMsg, func(h HookMessage) { h.OnMessage(ev) })
+}
+
 func (r *Relay) claimDone(err error) {
-	if len(r.hClaim) == 0 {
-		return
-	}
-	r.hookMu.Lock()
-	defer r.hookMu.Unlock()
-	for _, h := range r.hClaim {
-		h.OnClaim(err)
-	}
+	callHooks(r, r.hClaim, func(h HookClaim) { h.OnClaim(err) })
 }
 
 func (r *Relay) destination(up bool, err error) {
