@@ -15,7 +15,7 @@ var (
 	// integers: compared with and set to integers; text works only while
 	// every row holds digits (one 'pending' fails every reschedule in strict
 	// mode), so it is refused.
-	integerKind = tablecheck.Kind{Want: "BIGINT", OK: tablecheck.Prefixes("tinyint", "smallint", "mediumint", "int", "bigint")}
+	integerKind = tablecheck.Kind{Want: "INT", OK: tablecheck.Prefixes("tinyint", "smallint", "mediumint", "int", "bigint")}
 	// texts and bytes: the claim reads either as the string it holds.
 	textKind = tablecheck.Kind{Want: "VARCHAR(255)", OK: tablecheck.Prefixes("char", "varchar", "tinytext", "text",
 		"mediumtext", "longtext", "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "uuid")}

@@ -40,7 +40,7 @@ func TestCheckTable(t *testing.T) {
 		{Name: "TextTypedColumns", Table: "t",
 			DDL: tablecheck.CreateTable("t", handMadeColumns, map[string]string{"status": "VARCHAR(8)", "next_retry_at": "VARCHAR(32)", "created_at": "BIGINT", "payload": "JSON", "updated_at": ""}),
 			Want: []string{"missing contract columns: updated_at", "column created_at is bigint", "column next_retry_at is varchar(32)",
-				"column status is varchar(8)", "ALTER TABLE `t` MODIFY `status` BIGINT"}},
+				"column status is varchar(8)", "ALTER TABLE `t` MODIFY `status` INT"}},
 		// A DATE holds no lease: a claimed row would be due again at once.
 		{Name: "DateLease", Table: "t", DDL: tablecheck.CreateTable("t", handMadeColumns, map[string]string{"next_retry_at": "DATE NULL"}),
 			Want: []string{"column next_retry_at is date", "want DATETIME(6)"}},

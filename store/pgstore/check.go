@@ -14,7 +14,7 @@ var _ outbox.TableChecker = (*Store)(nil)
 
 var (
 	// integers: compared with integer parameters, scanned into Go integers.
-	integerKind = tablecheck.Kind{Want: "bigint", OK: tablecheck.Prefixes("smallint", "integer", "bigint")}
+	integerKind = tablecheck.Kind{Want: "integer", OK: tablecheck.Prefixes("smallint", "integer", "bigint")}
 	// ids: the claim cursor compares them with 64-bit bounds, which an
 	// integer (serial) column refuses.
 	idKind = tablecheck.Kind{Want: "bigint", OK: tablecheck.Prefixes("bigint"),
@@ -55,8 +55,8 @@ func (s *Store) CheckTable(ctx context.Context) error {
 			return fmt.Errorf("pgstore: check table %s: %w", s.cfg.table, err)
 		}
 		where := "in the schemas of search_path (" + path + ")"
-		if strings.Contains(s.cfg.table, ".") {
-			where = "(schema-qualified)"
+		if schema, _, ok := strings.Cut(s.cfg.table, "."); ok {
+			where = "in schema " + schema
 		}
 		return &outbox.TableError{Table: s.cfg.table, Problems: []outbox.TableProblem{{
 			Problem: fmt.Sprintf("table %s not found %s", s.cfg.table, where),

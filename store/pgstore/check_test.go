@@ -34,7 +34,7 @@ func TestCheckTable(t *testing.T) {
 	}, []storetest.TableCase{
 		{Name: "Missing", Table: "outbox_mesage",
 			Want: []string{"table outbox_mesage not found in the schemas of search_path", "outbox migrate"}},
-		{Name: "MissingSchema", Table: "nowhere.outbox_message", Want: []string{"table nowhere.outbox_message not found (schema-qualified)"}},
+		{Name: "MissingSchema", Table: "nowhere.outbox_message", Want: []string{"table nowhere.outbox_message not found in schema nowhere"}},
 		{Name: "MissingColumns", Table: "t", DDL: tablecheck.CreateTable("t", handMadeColumns, map[string]string{"status": "", "retry_count": "", "payload": ""}),
 			Want: []string{"missing contract columns: payload, status, retry_count", "docs/table-contract.md"}},
 		{Name: "ByteaPayload", Table: "t", DDL: tablecheck.CreateTable("t", handMadeColumns, map[string]string{"payload": "bytea"}),
@@ -43,7 +43,7 @@ func TestCheckTable(t *testing.T) {
 		{Name: "TextTypedColumns", Table: "t",
 			DDL: tablecheck.CreateTable("t", handMadeColumns, map[string]string{"status": "text", "next_retry_at": "text", "created_at": "text", "id": "text", "event_type": "bytea"}),
 			Want: []string{"column created_at is text", "column event_type is bytea", "column id is text",
-				"column next_retry_at is text", "column status is text", "TYPE bigint USING status::bigint"}},
+				"column next_retry_at is text", "column status is text", "TYPE integer USING status::integer"}},
 		{Name: "EveryProblemAtOnce", Table: "t", DDL: tablecheck.CreateTable("t", handMadeColumns, map[string]string{"payload": "bytea", "updated_at": ""}),
 			Want: []string{"missing contract columns: updated_at", "column payload is bytea"}},
 		{Name: "IntegerID", Table: "t", DDL: tablecheck.CreateTable("t", handMadeColumns, map[string]string{"id": "serial PRIMARY KEY"}),
