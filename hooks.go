@@ -40,6 +40,14 @@ type HookBatch interface {
 	OnBatch(BatchEvent)
 }
 
+// HookClaim is called after every claim with its error: nil when the claim
+// succeeded, whether it found rows or not. It is not called after a claim
+// that a stop of the relay cut short. A readiness check uses it to see a
+// relay whose claims keep failing (a table changed under it).
+type HookClaim interface {
+	OnClaim(err error)
+}
+
 // HookMessage is called once for every message of a batch with its result.
 type HookMessage interface {
 	OnMessage(MessageEvent)

@@ -217,7 +217,7 @@ func WithLogger(l *slog.Logger) RelayOption { return func(c *relayConfig) { c.lo
 func WithName(name string) RelayOption { return func(c *relayConfig) { c.name = name } }
 
 // WithHooks adds observers of the relay. Each hook may implement any of the
-// Hook* interfaces ([HookBatch], [HookMessage]); the relay calls them
+// Hook* interfaces ([HookBatch], [HookClaim], [HookMessage], [HookDestination]); the relay calls them
 // synchronously, so they must be fast. Default: none.
 func WithHooks(hooks ...any) RelayOption {
 	return func(c *relayConfig) { c.hooks = append(c.hooks, hooks...) }

@@ -40,6 +40,7 @@ type Relay struct {
 	running atomic.Bool
 
 	hBatch []HookBatch
+	hClaim []HookClaim
 	hMsg   []HookMessage
 	hDest  []HookDestination
 	// hookMu makes the hooks see one call at a time, also while several
@@ -68,6 +69,9 @@ func NewRelay(store Store, pub Publisher, opts ...RelayOption) (*Relay, error) {
 	for _, h := range cfg.hooks {
 		if h, ok := h.(HookBatch); ok {
 			r.hBatch = append(r.hBatch, h)
+		}
+		if h, ok := h.(HookClaim); ok {
+			r.hClaim = append(r.hClaim, h)
 		}
 		if h, ok := h.(HookMessage); ok {
 			r.hMsg = append(r.hMsg, h)
@@ -425,6 +429,9 @@ func (r *Relay) claim(ctx context.Context, limit int) (*batch, error) {
 		Delete:      r.cfg.deleteSent,
 		MaxPayload:  r.cfg.maxPayload,
 	})
+	if ctx.Err() == nil {
+		r.claimDone(err)
+	}
 	if err != nil {
 		err = fmt.Errorf("claim batch: %w", err)
 		if ctx.Err() == nil { // a claim cut short by a stop is no failure of the store
@@ -660,15 +667,24 @@ func (r *Relay) report(ctx context.Context, decided time.Time, sent []*Message, 
 	}
 }
 
-func (r *Relay) message(ev MessageEvent) {
-	if len(r.hMsg) == 0 {
+// callHooks calls each of hooks under the relay's hook lock.
+func callHooks[H any](r *Relay, hooks []H, call func(H)) {
+	if len(hooks) == 0 {
 		return
 	}
 	r.hookMu.Lock()
 	defer r.hookMu.Unlock()
-	for _, h := range r.hMsg {
-		h.OnMessage(ev)
+	for _, h := range hooks {
+		call(h)
 	}
+}
+
+func (r *Relay) message(ev MessageEvent) {
+	callHooks(r, r.hMsg, func(h HookMessage) { h.OnMessage(ev) })
+}
+
+func (r *Relay) claimDone(err error) {
+	callHooks(r, r.hClaim, func(h HookClaim) { h.OnClaim(err) })
 }
 
 func (r *Relay) destination(up bool, err error) {

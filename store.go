@@ -3,6 +3,8 @@ package outbox
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -168,6 +170,46 @@ type Migrator interface {
 	// Migrate creates the outbox table and its indexes, or adds what an older
 	// version lacks. It is idempotent and safe to run from several processes.
 	Migrate(ctx context.Context) error
+}
+
+// TableChecker is implemented by stores that can check, before the first
+// claim, that their table is one the relay can work on. The daemon calls it
+// before it starts, and exits with the error; [NewRelay] and [Relay.Run] do
+// not call it (a library user who wants the check calls it, or runs
+// Migrate, which makes the table right).
+type TableChecker interface {
+	// CheckTable returns nil when the table exists and has every contract
+	// column in a type the relay reads; otherwise a *[TableError] naming
+	// every problem and how to fix each, or the error that stopped it from
+	// looking. It only reads the database's catalog (and may prepare the
+	// relay's statements without running them).
+	CheckTable(ctx context.Context) error
+}
+
+// TableError is the error [TableChecker.CheckTable] returns for a table the
+// relay cannot work on.
+type TableError struct {
+	Table    string         // the table as configured
+	Problems []TableProblem // every problem found, at least one
+}
+
+// TableProblem is one thing wrong with a table, and how to fix it.
+type TableProblem struct {
+	Problem string // e.g. "column payload is bytea"
+	Fix     string // e.g. "ALTER TABLE outbox_message ALTER COLUMN payload TYPE jsonb USING ..."
+}
+
+// Error lists the problems, one a line, each followed by its fix.
+func (e *TableError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "outbox: table %s cannot be used by the relay:", e.Table)
+	for _, p := range e.Problems {
+		fmt.Fprintf(&b, "\n  - %s", p.Problem)
+		if p.Fix != "" {
+			fmt.Fprintf(&b, "\n    fix: %s", p.Fix)
+		}
+	}
+	return b.String()
 }
 
 // Pinger is implemented by stores and publishers that can check their

@@ -12,7 +12,7 @@
 //	relay, err := outbox.NewRelay(store, m.WrapPublisher(pub), outbox.WithHooks(m))
 //	g.Go(func() error { return m.PollStats(ctx, store, 0) })
 //	g.Go(func() error { m.SetUp(true); defer m.SetUp(false); return relay.Run(ctx) })
-//	srv := &http.Server{Addr: ":9090", Handler: metrics.NewServeMux(reg,
+//	srv := &http.Server{Addr: "127.0.0.1:9090", Handler: metrics.NewServeMux(reg,
 //		metrics.PingCheck("store", store), metrics.PingCheck("broker", pub))}
 //
 // # Metrics

@@ -3,11 +3,14 @@ package metrics_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,7 +90,8 @@ func TestReadyzFlips(t *testing.T) {
 	pub, broker := kafkaBehindProxy(t)
 	storeCheck, brokerCheck := metrics.PingCheck("store", store), metrics.PingCheck("broker kafka", pub)
 	storeCheck.Timeout, brokerCheck.Timeout = time.Second, time.Second
-	srv := httptest.NewServer(metrics.NewServeMux(prometheus.NewRegistry(), storeCheck, brokerCheck))
+	srv := httptest.NewServer(metrics.NewServeMuxWith(prometheus.NewRegistry(),
+		metrics.NewReadyz(metrics.ReadyzOptions{Details: true}, storeCheck, brokerCheck)))
 	t.Cleanup(srv.Close)
 
 	readyz := func() (int, string) { return get(t, srv, "/readyz") }
@@ -157,7 +161,7 @@ func TestReadyzReports(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			srv := httptest.NewServer(metrics.Readyz(tc.checks...))
+			srv := httptest.NewServer(metrics.NewReadyz(metrics.ReadyzOptions{Details: true}, tc.checks...))
 			t.Cleanup(srv.Close)
 			code, body := get(t, srv, "/")
 			require.Equal(t, tc.status, code)
@@ -170,6 +174,67 @@ func TestReadyzReports(t *testing.T) {
 			require.Equal(t, tc.json, got)
 		})
 	}
+}
+
+// By default /readyz says which check failed, not why: a driver's error can
+// name a user, a database or an internal host.
+func TestReadyzHidesErrorsByDefault(t *testing.T) {
+	t.Parallel()
+	secret := errors.New(`failed to connect to user=app database=orders host=db-7.internal`)
+	checks := []metrics.Check{
+		{Name: "store", Probe: func(context.Context) error { return secret }},
+		{Name: "broker nats", Probe: func(context.Context) error { return nil }},
+	}
+	srv := httptest.NewServer(metrics.Readyz(checks...))
+	t.Cleanup(srv.Close)
+	code, body := get(t, srv, "/")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "not ready\nFAIL store\nok   broker nats\n", body)
+	code, body = get(t, srv, "/", "Accept", "application/json")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.NotContains(t, body, "db-7")
+	var got metrics.ReadyResult
+	require.NoError(t, json.Unmarshal([]byte(body), &got))
+	require.Equal(t, metrics.ReadyResult{Checks: []metrics.CheckResult{{Name: "store"}, {Name: "broker nats", OK: true}}}, got)
+}
+
+// A flood of /readyz requests costs one round of probes: the requests that
+// arrive while a round runs share it, and those within the cache period get
+// its result.
+func TestReadyzCoalescesAndCaches(t *testing.T) {
+	t.Parallel()
+	var probes [2]atomic.Int64
+	release := make(chan struct{})
+	checks := []metrics.Check{
+		{Name: "store", Probe: func(context.Context) error { probes[0].Add(1); <-release; return nil }},
+		{Name: "broker", Probe: func(context.Context) error { probes[1].Add(1); <-release; return nil }},
+	}
+	srv := httptest.NewServer(metrics.NewReadyz(metrics.ReadyzOptions{CacheFor: time.Hour}, checks...))
+	t.Cleanup(srv.Close)
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(free) // before srv.Close, should the test fail with probes blocked
+	const n = 50
+	var wg sync.WaitGroup
+	codes := make(chan int, n)
+	for range n {
+		wg.Go(func() {
+			code, _ := get(t, srv, "/")
+			codes <- code
+		})
+	}
+	testsvc.Eventually(t, 5*time.Second, func() bool { return probes[0].Load() == 1 && probes[1].Load() == 1 },
+		"one round for every request")
+	free()
+	wg.Wait()
+	close(codes)
+	for code := range codes {
+		require.Equal(t, http.StatusOK, code)
+	}
+	code, _ := get(t, srv, "/")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, int64(1), probes[0].Load(), "one probe of the store for %d requests", n+1)
+	require.Equal(t, int64(1), probes[1].Load(), "one probe of the broker for %d requests", n+1)
 }
 
 func TestServeMuxServesMetrics(t *testing.T) {

@@ -186,6 +186,8 @@ func TestMigrateAndStatusPostgres(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	sqlite := "sqlite://" + testsvc.SQLitePath(t)
+	migrated := "sqlite://" + testsvc.SQLitePath(t)
+	require.Equal(t, ExitOK, run(t.Context(), "migrate", "--db", migrated).code)
 	file := func(content string) string { return writeFile(t, "outbox.yaml", content) }
 	for _, tc := range []struct {
 		name string
@@ -229,11 +231,18 @@ func TestBadInput(t *testing.T) {
 			ExitUsage, `lease: 1s is shorter than twice publish_timeout (3s); log_format: "xml" is not text or json`},
 		{"HeldClaimsWithBatchLease", []string{"relay", "--db", "postgres://u:hunter22@127.0.0.1:1/db", "--broker", "nats://h",
 			"--held-claims", "--batch-lease"}, ExitUsage, "held_claims: excludes batch_lease: they are two ways of claiming; choose one"},
+		{"HTTPPortOutOfRange", []string{"relay", "--db", sqlite, "--broker", "nats://h", "--http", "127.0.0.1:99999"}, ExitUsage,
+			`http: "127.0.0.1:99999" port "99999" is not a number from 0 to 65535; want an address like 127.0.0.1:9090`},
+		{"BrokerPortOutOfRange", []string{"relay", "--db", sqlite, "--broker", "nats://relay:hunter22@h:70000"}, ExitUsage,
+			`broker.url: the URL port "70000" is not a number from 1 to 65535`},
 		{"HeldClaimsSQLite", []string{"relay", "--db", sqlite, "--broker", "nats://h", "--held-claims"}, ExitUsage,
 			"held_claims: applies to postgres:// only, not sqlite://"},
 		{"BadTopicTemplate", []string{"relay", "--db", sqlite, "--config", file("broker: nats://h\ndefault_route: {broker: default, topic: '{{.Nope}}'}\n")},
 			ExitUsage, `router: new: route 1 (default_route): topic template "{{.Nope}}": ...`},
-		{"UnreachableBroker", []string{"relay", "--db", sqlite, "--broker", "nats://relay:hunter22@127.0.0.1:1"}, ExitRuntime,
+		// The relay checks its table before it starts: exit 1 with what to fix.
+		{"RelayWithoutTable", []string{"relay", "--db", sqlite, "--broker", "nats://relay:hunter22@127.0.0.1:1"}, ExitRuntime,
+			"check table: outbox: table outbox_message cannot be used by the relay: - table outbox_message not found in the database file; fix: run `outbox migrate` with this config, ..."},
+		{"UnreachableBroker", []string{"relay", "--db", migrated, "--broker", "nats://relay:hunter22@127.0.0.1:1"}, ExitRuntime,
 			"broker default: connect to nats: ..."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -226,18 +226,23 @@ func TestMigrateBatchLeaseRelayDrains(t *testing.T) {
 			relay := startPGRelay(t, dsn, testsvc.Name(t), "--batch-lease", "--async-commit", "--delete-sent",
 				"--batch-size", "50", "--relays", "2", "--poll-interval", "50ms")
 			if !tc.drains {
-				// Every claim fails on the missing lease table and is retried:
-				// wait for the relay to say so, then check that nothing went out.
-				testsvc.Eventually(t, 20*time.Second, func() bool {
-					relay.exited(t)
-					return strings.Contains(relay.stderr.String(), "outbox_message_lease")
-				}, "the relay reports the missing lease table")
+				// The table check finds the missing lease table: the relay
+				// exits 1 before it starts, saying what to run.
+				var res result
+				select {
+				case res = <-relay.done:
+					relay.res = &res
+				case <-time.After(20 * time.Second):
+					t.Fatal("the relay did not exit on a table without its lease table")
+				}
+				require.Equal(t, ExitRuntime, res.code, res.stderr)
+				require.Contains(t, res.stderr, `relation "outbox_message_lease" does not exist`)
+				require.Contains(t, res.stderr, "run `outbox migrate` with this config")
+				require.NotContains(t, res.stderr, "daemon started")
 				var n int
 				require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*) FROM outbox_message WHERE status = 0").Scan(&n))
 				require.Equal(t, rows, n, "every row still pending")
 				require.Zero(t, relay.count(t), "nothing published")
-				res := relay.stop(t)
-				require.Equal(t, ExitOK, res.code, res.stderr)
 				return
 			}
 			testsvc.Eventually(t, 30*time.Second, func() bool {

@@ -225,8 +225,13 @@ type Config struct {
 	// ...) and in the relay label of its metrics. Default: DefaultName.
 	Name string `yaml:"name"`
 	// HTTP is the address of the HTTP server (/metrics, /healthz, /readyz),
-	// e.g. ":9090"; empty means none (and no metrics). Default: "".
+	// a host and a port such as "127.0.0.1:9090" (":9090" listens on every
+	// interface); empty means none (and no metrics). Default: "".
 	HTTP string `yaml:"http"`
+	// ReadyzDetails makes /readyz show each failed check's error, not only
+	// its name: driver and broker errors can name users, databases and
+	// internal hosts. Default: false.
+	ReadyzDetails bool `yaml:"readyz_details"`
 	// StatsInterval is how often the table's backlog is read for the
 	// metrics (only with HTTP). Default: DefaultStatsInterval.
 	StatsInterval time.Duration `yaml:"stats_interval"`

@@ -49,7 +49,7 @@ batch_size: 200
 max_attempts: 10
 lease: 30s
 notify: true
-http: ":9090"
+http: "127.0.0.1:9090"              # ":9090" listens on every interface: only in a container
 log_level: info
 
 brokers:

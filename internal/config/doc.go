@@ -28,7 +28,7 @@
 //	db: postgres://outbox:secret@db.internal:5432/shop
 //	table: outbox_message
 //	name: shop-relay
-//	http: ":9090"
+//	http: "127.0.0.1:9090"
 //	relays: 2
 //	batch_size: 200
 //	poll_interval: 500ms

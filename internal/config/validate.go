@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net"
 	"path"
 	"regexp"
 	"slices"
@@ -67,6 +66,10 @@ func (c *Config) validateDB(p *problems) {
 		p.add("db", "unknown scheme %q; want %s", s, schemeList(DBSchemes))
 	case s == "sqlite" && strings.TrimPrefix(c.DB.Value()[len(s)+3:], "/") == "":
 		p.add("db", "sqlite:// needs a file path, e.g. sqlite:///var/lib/outbox.db or sqlite://outbox.db")
+	case s != "sqlite":
+		if why := checkURLHosts(c.DB.Value()); why != "" {
+			p.add("db", "the URL %s", why)
+		}
 	}
 	c.validateTable(p)
 	if c.DBMaxConns < 0 {
@@ -206,6 +209,9 @@ func validateBroker(p *problems, key string, b *Broker) {
 	case !slices.Contains(BrokerSchemes, scheme):
 		p.add(key+".url", "unknown scheme %q; want %s", scheme, schemeList(BrokerSchemes))
 		return
+	}
+	if why := checkURLHosts(b.URL.Value()); why != "" {
+		p.add(key+".url", "the URL %s", why)
 	}
 	only := func(set bool, option string, schemes ...string) {
 		if set && !slices.Contains(schemes, scheme) {
@@ -374,8 +380,13 @@ func (c *Config) validateRelay(p *problems) {
 		p.add("trace_endpoint", "applies to trace_exporter otlp only, not %q", c.TraceExporter)
 	}
 	if c.HTTP != "" {
-		if _, _, err := net.SplitHostPort(c.HTTP); err != nil {
-			p.add("http", "%q is not an address like :9090 or 127.0.0.1:9090", c.HTTP)
+		if why := checkListen(c.HTTP); why != "" {
+			p.add("http", "%s", why)
+		}
+	}
+	if c.TraceEndpoint != "" {
+		if why := checkEndpoint(c.TraceEndpoint); why != "" {
+			p.add("trace_endpoint", "%s", why)
 		}
 	}
 }

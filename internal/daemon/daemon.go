@@ -117,8 +117,10 @@ func (d *Daemon) HTTPURL() string {
 // in flight (publishing it within the publish timeout and acknowledging it)
 // and claims nothing new, the HTTP server stops, and Run flushes the traces,
 // closes what it opened and returns nil. It returns an error, closing what it
-// opened, when the database or a broker cannot be reached at the start, or
-// when the HTTP server cannot listen. Run may be called once.
+// opened, when the database or a broker cannot be reached at the start, when
+// the table is one the relay cannot work on (an *outbox.TableError naming
+// every problem and its fix, see outbox.TableChecker), or when the HTTP
+// server cannot listen. Run may be called once.
 //
 // With an HTTP address, the relays report to Prometheus metrics (package
 // metrics: one relay label, config.Config.Name, for all loops), the
@@ -158,6 +160,9 @@ func (d *Daemon) run(ctx context.Context) error {
 		return err
 	}
 	defer db.Close()
+	if err := checkTable(ctx, db.Store); err != nil {
+		return d.scrubAll(err)
+	}
 
 	brokers, err := openBrokers(ctx, cfg.EffectiveBrokers(), brokerParams{publishTimeout: cfg.PublishTimeout, log: d.log, red: d.red})
 	if err != nil {
@@ -180,9 +185,10 @@ func (d *Daemon) run(ctx context.Context) error {
 
 	hooks := slices.Clone(d.opts.hooks)
 	var (
-		m   *metrics.Metrics
-		reg *prometheus.Registry
-		ln  net.Listener
+		m      *metrics.Metrics
+		reg    *prometheus.Registry
+		ln     net.Listener
+		claims = &claimHealth{}
 	)
 	if cfg.HTTP != "" {
 		reg = metrics.NewRegistry()
@@ -190,7 +196,7 @@ func (d *Daemon) run(ctx context.Context) error {
 			return err
 		}
 		pub = m.WrapPublisher(pub)
-		hooks = append(hooks, m)
+		hooks = append(hooks, m, claims)
 		if ln, err = net.Listen("tcp", cfg.HTTP); err != nil {
 			return fmt.Errorf("http server: %w", err)
 		}
@@ -242,7 +248,7 @@ func (d *Daemon) run(ctx context.Context) error {
 		g.Go(func() error { return arch.run(gctx) })
 	}
 	if ln != nil {
-		h := d.handler(reg, db, brokers)
+		h := d.handler(reg, db, brokers, claims)
 		g.Go(func() error { return m.PollStats(gctx, db.Store, cfg.StatsInterval) })
 		g.Go(func() error { return serveHTTP(gctx, ln, h) })
 	}
@@ -251,6 +257,19 @@ func (d *Daemon) run(ctx context.Context) error {
 		return err
 	}
 	d.log.Info("daemon stopped")
+	return nil
+}
+
+// checkTable checks, within the bound of a first contact, that the relay
+// can work on the table, so that a misspelt table, a missing column or a
+// column of the wrong type stops the start with what to fix, instead of
+// failing every claim after "daemon started".
+func checkTable(ctx context.Context, s outbox.TableChecker) error {
+	cctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := s.CheckTable(cctx); err != nil {
+		return fmt.Errorf("check table: %w", err)
+	}
 	return nil
 }
 

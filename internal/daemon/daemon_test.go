@@ -181,7 +181,7 @@ func TestRunSQLiteToNATS(t *testing.T) {
 
 	t.Run("Health", func(t *testing.T) {
 		require.NotEmpty(t, d.HTTPURL())
-		for path, want := range map[string]string{"/healthz": "ok\n", "/readyz": "ready\nok   store\nok   broker events\n"} {
+		for path, want := range map[string]string{"/healthz": "ok\n", "/readyz": "ready\nok   store\nok   broker events\nok   claims\n"} {
 			res, err := http.Get(d.HTTPURL() + path)
 			require.NoError(t, err)
 			body, _ := io.ReadAll(res.Body)
@@ -457,18 +457,13 @@ func TestReadinessFollowsBrokerOutage(t *testing.T) {
 	b.URL = config.NewSecret("nats://" + proxy.Addr())
 	cfg := baseConfig(dsn, b)
 	cfg.HTTP = "127.0.0.1:0"
+	cfg.ReadyzDetails = true // the checks below read the errors
 	cfg.ProbeInterval, cfg.MaxProbeInterval = 100*time.Millisecond, 500*time.Millisecond
 	d, err := New(cfg, nil)
 	require.NoError(t, err)
 	stop := running(t, d)
 
-	ready := func() (int, string) {
-		res, err := http.Get(d.HTTPURL() + "/readyz")
-		require.NoError(t, err)
-		defer res.Body.Close()
-		body, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(body)
-	}
+	ready := func() (int, string) { return getReadyz(t, d) }
 	code, _ := ready()
 	require.Equal(t, http.StatusOK, code)
 
@@ -512,18 +507,13 @@ func TestReadinessFollowsDatabaseOutage(t *testing.T) {
 	stream := newNATSStream(t)
 	cfg := baseConfig(config.NewSecret(u.String()), stream.broker("events"))
 	cfg.HTTP = "127.0.0.1:0"
+	cfg.ReadyzDetails = true // the checks below read the errors
 	cfg.ProbeInterval, cfg.MaxProbeInterval = 100*time.Millisecond, 500*time.Millisecond
 	d, err := New(cfg, nil)
 	require.NoError(t, err)
 	stop := running(t, d)
 
-	ready := func() (int, string) {
-		res, err := http.Get(d.HTTPURL() + "/readyz")
-		require.NoError(t, err)
-		defer res.Body.Close()
-		body, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(body)
-	}
+	ready := func() (int, string) { return getReadyz(t, d) }
 	code, body := ready()
 	require.Equal(t, http.StatusOK, code, body)
 

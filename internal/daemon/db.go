@@ -17,11 +17,13 @@ import (
 )
 
 // Store is what the daemon and the CLI need from a store: the relay's view,
-// migrations and a health check. Every store package implements it.
+// migrations, a health check and the check of the table. Every store
+// package implements it.
 type Store interface {
 	outbox.Store
 	outbox.Migrator
 	outbox.Pinger
+	outbox.TableChecker
 }
 
 // DBParams are the inputs of [OpenDB] besides the URL.

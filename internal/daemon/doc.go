@@ -58,14 +58,23 @@
 // address the runs are counted in outbox_archived_total and
 // outbox_archive_runs_total (package metrics).
 //
+// # Table check
+//
+// Before it starts the relays, Run checks the table (outbox.TableChecker):
+// a table that does not exist, lacks contract columns or has a column of a
+// type the relay cannot read makes Run fail with every problem and its fix,
+// so `outbox relay` exits 1 instead of starting and failing every claim.
+//
 // # Metrics, health and traces
 //
-// With an HTTP address (config http, --http :9090), the relay loops report
+// With an HTTP address (config http, --http 127.0.0.1:9090), the relay loops report
 // to Prometheus metrics (package metrics, relay label = config name), the
 // table's backlog is read every stats_interval, and the daemon serves
 // /metrics, /healthz (200 while the process runs) and /readyz (200 when the
-// database, "store", and every broker, "broker NAME", answer a ping; 503
-// with the failures otherwise). [WithHandler] mounts more handlers and
+// database, "store", and every broker, "broker NAME", answer a ping and the
+// claims are not failing, "claims"; 503 naming the failed checks otherwise,
+// with their errors only when the config sets readyz_details; one round of
+// checks answers the requests of the next second). [WithHandler] mounts more handlers and
 // [WithRelayHooks] adds relay hooks. With trace_exporter stdout or otlp,
 // every publish gets a span continuing the trace recorded at write time
 // (package tracing); the spans are flushed when Run returns.

@@ -20,7 +20,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	cfg.HTTP = ":9090" // /healthz and /readyz
+	cfg.HTTP = "127.0.0.1:9090" // /metrics, /healthz and /readyz, on this host only
 	d, err := daemon.New(cfg, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	if err != nil {
 		log.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -158,4 +160,15 @@ func running(t *testing.T, d *Daemon) (stop func() error) {
 	}
 	t.Cleanup(func() { _ = stop() })
 	return stop
+}
+
+// getReadyz fetches d's /readyz and returns the status and body.
+func getReadyz(t *testing.T, d *Daemon) (int, string) {
+	t.Helper()
+	res, err := http.Get(d.HTTPURL() + "/readyz")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, string(body)
 }

@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/probe"
 )
 
 // Defaults of the Publisher's options.
@@ -56,6 +57,10 @@ type Publisher struct {
 	mu    sync.Mutex
 	state *connState
 	idle  []*pubChannel // confirm-mode channels ready for a batch
+	// ping is the channel opening that every Ping made while it runs waits
+	// for: a broker that stops answering holds one goroutine, however often
+	// Ping is called.
+	ping probe.Shared
 }
 
 var (
@@ -449,29 +454,28 @@ func connectionGone(conn *amqp.Connection, err error) bool {
 
 // Ping returns nil when the Publisher is connected and the broker answers
 // (a channel opens). While disconnected it asks for a connection attempt at
-// once and waits for it within ctx.
+// once and waits for it within ctx. Pings made while one is waiting for the
+// broker share its answer, so a broker that hangs holds one goroutine of
+// the Publisher, not one per call.
 func (p *Publisher) Ping(ctx context.Context) error {
 	conn, _, err := p.connection(ctx)
 	if err != nil {
 		return fmt.Errorf("amqppub: ping: %w", err)
 	}
-	open := make(chan error, 1)
-	p.wg.Go(func() {
+	err = p.ping.Do(ctx, p.wg.Go, func() error {
 		ch, err := conn.Channel()
 		if err == nil {
 			err = ch.Close()
 		}
-		open <- err
+		return err
 	})
-	select {
-	case err := <-open:
-		if err != nil {
-			return fmt.Errorf("amqppub: ping: %w", err)
-		}
+	switch {
+	case err == nil:
 		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("amqppub: ping: no answer: %w", ctx.Err())
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return fmt.Errorf("amqppub: ping: no answer: %w", err)
 	}
+	return fmt.Errorf("amqppub: ping: %w", err)
 }
 
 // waiter collects one result per message; the batch goroutine may run after

@@ -318,6 +318,9 @@ const columnsSQL = `SELECT COALESCE(string_agg(a.attname || ' ' || format_type(a
 FROM pg_attribute a
 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`
 
+// errNoTable is wrapped by the error of a Store's methods when the table does not exist.
+var errNoTable = errors.New("does not exist")
+
 // columns returns the table's column types by name. A missing table is an error.
 func (s *Store) columns(ctx context.Context, run rowQuerier) (map[string]string, error) {
 	var list string
@@ -325,7 +328,7 @@ func (s *Store) columns(ctx context.Context, run rowQuerier) (map[string]string,
 		return nil, fmt.Errorf("pgstore: read columns of %s: %w", s.cfg.table, err)
 	}
 	if list == "" {
-		return nil, fmt.Errorf("pgstore: table %s does not exist (run Migrate, or check the search_path)", s.cfg.table)
+		return nil, fmt.Errorf("pgstore: table %s %w (run Migrate, or check the search_path)", s.cfg.table, errNoTable)
 	}
 	cols := map[string]string{}
 	for _, line := range strings.Split(list, "\n") {

@@ -1,0 +1,38 @@
+package sqlitestore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/tablecheck"
+)
+
+var _ outbox.TableChecker = (*Store)(nil)
+
+// CheckTable checks that the table exists and has every contract column,
+// and returns a *outbox.TableError naming every problem and its fix.
+// SQLite's columns take any value whatever their declared type, so no type
+// is refused: a value the relay cannot read makes its row malformed (dead
+// with the reason), not the claim fail. It only reads the catalog. Safe for
+// concurrent use.
+func (s *Store) CheckTable(ctx context.Context) error {
+	names, err := tableColumns(ctx, s.db, s.table)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: check table: %w", err)
+	}
+	if len(names) == 0 {
+		return &outbox.TableError{Table: s.table.raw, Problems: []outbox.TableProblem{{
+			Problem: fmt.Sprintf("table %s not found in the database file", s.table.raw),
+			Fix:     "run `outbox migrate` with this config, or correct the table name (table:) or the database path",
+		}}}
+	}
+	cols := make(map[string]string, len(names))
+	for n := range names {
+		cols[n] = ""
+	}
+	if p := tablecheck.Problems(tablecheck.Params{Columns: cols, Contract: contractColumns}); len(p) > 0 {
+		return &outbox.TableError{Table: s.table.raw, Problems: p}
+	}
+	return nil
+}
