@@ -295,6 +295,7 @@ func (d *Daemon) relayOptions(i int, hooks []any) []outbox.RelayOption {
 		outbox.WithMaxAttempts(c.MaxAttempts),
 		outbox.WithBackoff(c.BackoffBase, c.BackoffCap),
 		outbox.WithPublishTimeout(c.PublishTimeout),
+		outbox.WithStoreTimeout(c.StoreTimeout),
 		outbox.WithLease(c.Lease),
 		outbox.WithProbeInterval(c.ProbeInterval, c.MaxProbeInterval),
 		outbox.WithDeleteSent(c.DeleteSent),
