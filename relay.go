@@ -595,9 +595,36 @@ func (r *Relay) settleHeld(ctx context.Context, held HeldClaim, ev *BatchEvent, 
 	if err != nil {
 		return fmt.Errorf("settle %d messages: %w", len(sent)+len(retries)+len(refunds)+len(dead), err)
 	}
-	ev.Sent, ev.Fenced = n, len(sent)-n
+	ev.Sent = n
+	ev.Fenced, ev.Gone = r.unacked(ctx, sent, n)
 	ev.Retried, ev.Dead = len(retries), len(dead)
 	return nil
+}
+
+// unacked splits the sent messages that the acknowledgement did not change
+// (all but acked of them) into those whose rows another relay took over
+// (fenced) and those whose rows are gone, when the store can count rows
+// ([RowCounter]); otherwise, or when counting fails, all are fenced.
+func (r *Relay) unacked(ctx context.Context, sent []*Message, acked int) (fenced, gone int) {
+	fenced = len(sent) - acked
+	rc, ok := r.store.(RowCounter)
+	if fenced <= 0 || !ok {
+		return fenced, 0
+	}
+	ids := make([]int64, len(sent))
+	for i, m := range sent {
+		ids[i] = m.RowID
+	}
+	present, err := rc.CountRows(ctx, ids)
+	if err != nil {
+		r.log.LogAttrs(ctx, slog.LevelDebug, "count unacknowledged rows failed", slog.String(attrError, err.Error()))
+		return fenced, 0
+	}
+	if r.cfg.deleteSent {
+		present += acked // the acknowledgement deleted them
+	}
+	gone = min(max(len(sent)-present, 0), fenced)
+	return fenced - gone, gone
 }
 
 // settleEach settles a batch with a store call for each fate.
@@ -608,7 +635,8 @@ func (r *Relay) settleEach(sctx context.Context, ev *BatchEvent, sent []*Message
 		if err != nil {
 			storeErrs = append(storeErrs, fmt.Errorf("ack %d messages: %w", len(sent), err))
 		} else {
-			ev.Sent, ev.Fenced = n, len(sent)-n
+			ev.Sent = n
+			ev.Fenced, ev.Gone = r.unacked(sctx, sent, n)
 		}
 	}
 	if len(retries) > 0 {
@@ -695,8 +723,8 @@ func (r *Relay) report(ctx context.Context, decided time.Time, sent []*Message, 
 	refunds []Retry, dead []Dead, deadErrs []error, unavailable error) {
 	now := time.Now()
 	for _, m := range sent {
-		// Ack reports a count only, so a fenced row (BatchEvent.Fenced) is reported sent too:
-		// the broker did confirm it.
+		// Ack reports a count only, so a fenced or deleted row (BatchEvent.Fenced,
+		// BatchEvent.Gone) is reported sent too: the broker did confirm it.
 		r.message(MessageEvent{Message: m, Result: ResultSent, Latency: now.Sub(m.CreatedAt)})
 	}
 	for i, rt := range retries {
@@ -744,11 +772,15 @@ func (r *Relay) batchDone(ev BatchEvent, start time.Time) {
 	if ev.Claimed > 0 {
 		r.log.LogAttrs(context.Background(), slog.LevelDebug, "batch done", slog.Int(attrBatchSize, ev.Claimed),
 			slog.Int("sent", ev.Sent), slog.Int("retried", ev.Retried), slog.Int("dead", ev.Dead),
-			slog.Int("fenced", ev.Fenced), slog.Duration("duration", ev.Duration))
+			slog.Int("fenced", ev.Fenced), slog.Int("gone", ev.Gone), slog.Duration("duration", ev.Duration))
 	}
 	if ev.Fenced > 0 {
 		r.log.LogAttrs(context.Background(), slog.LevelWarn, "lease lost before ack, another relay owns the rows",
 			slog.Int(attrCount, ev.Fenced))
+	}
+	if ev.Gone > 0 {
+		r.log.LogAttrs(context.Background(), slog.LevelWarn, "rows deleted before ack by someone else, the broker has them",
+			slog.Int(attrCount, ev.Gone))
 	}
 	r.hookMu.Lock()
 	defer r.hookMu.Unlock()

@@ -31,6 +31,7 @@ var (
 	_ outbox.Migrator           = (*Store)(nil)
 	_ outbox.Pinger             = (*Store)(nil)
 	_ outbox.Notifier           = (*Store)(nil)
+	_ outbox.RowCounter         = (*Store)(nil)
 	_ outbox.TxInserter[pgx.Tx] = (*Store)(nil)
 )
 
