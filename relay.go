@@ -167,12 +167,18 @@ func (r *Relay) storeContext(ctx context.Context) (context.Context, context.Canc
 }
 
 // storeErr returns err, marked with ErrStoreTimeout when the store call's own
-// deadline (storeContext's sctx) is what cut it short.
+// deadline (storeContext's sctx) is what cut it short, or with the end of a
+// stop's grace (see batchContext), since drivers say only "context canceled".
 func (r *Relay) storeErr(sctx context.Context, err error) error {
-	if err == nil || errors.Is(err, ErrStoreTimeout) || !errors.Is(context.Cause(sctx), ErrStoreTimeout) {
+	cause := context.Cause(sctx)
+	switch {
+	case err == nil || cause == nil || errors.Is(err, cause) || cause == context.Canceled:
 		return err
+	case errors.Is(cause, ErrStoreTimeout):
+		return fmt.Errorf("%w after %v: %w", ErrStoreTimeout, r.cfg.storeTimeout, err)
+	default:
+		return fmt.Errorf("%w: %w", cause, err)
 	}
-	return fmt.Errorf("%w after %v: %w", ErrStoreTimeout, r.cfg.storeTimeout, err)
 }
 
 // pipeline is one Run: the claim loop, on Run's goroutine, and a goroutine

@@ -105,8 +105,9 @@ func TestRelayStopIsBoundedWhileTheDatabaseHangs(t *testing.T) {
 			published := make(chan struct{})
 			var once sync.Once
 			pub.OnDeliver(func(*outbox.Message) { once.Do(func() { close(published) }) })
+			logs := &logBuffer{}
 			r := fastRelay(t, st, pub, outbox.WithPublishTimeout(publishTimeout), outbox.WithLease(time.Second),
-				outbox.WithStoreTimeout(tc.storeTimeout))
+				outbox.WithStoreTimeout(tc.storeTimeout), outbox.WithLogger(slog.New(slog.NewJSONHandler(logs, nil))))
 			b.write(t, many(3)...)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
@@ -122,6 +123,9 @@ func TestRelayStopIsBoundedWhileTheDatabaseHangs(t *testing.T) {
 				t.Fatal("Run did not return after its stop")
 			}
 			require.Zero(t, b.count(t, "status = 1"), "the acks never got through")
+			require.Contains(t, logs.String(), `"msg":"relay cycle failed while stopping"`)
+			require.Contains(t, logs.String(), "outbox: relay stopping: the batch in flight had 2.2s to finish: ack 3 messages",
+				"the log says why the ack was cut short")
 
 			st.acks.Store(false)
 			pub.Reset()

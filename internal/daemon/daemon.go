@@ -110,7 +110,10 @@ func (d *Daemon) HTTPURL() string {
 // the relay loops until ctx is cancelled. Then each relay finishes the batch
 // in flight (publishing it within the publish timeout and acknowledging it)
 // and claims nothing new, the HTTP server stops, and Run flushes the traces,
-// closes what it opened and returns nil. It returns an error, closing what it
+// closes what it opened and returns nil. The relays are done at most the
+// publish timeout plus outbox.StopGrace after the cancel, whatever the
+// database does, and the database's connections get one more second to
+// close before their sockets are closed. It returns an error, closing what it
 // opened, when the database or a broker cannot be reached at the start, or
 // when the HTTP server cannot listen. Run may be called once.
 //
