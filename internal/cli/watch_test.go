@@ -42,10 +42,5 @@ func TestStatusWatchReportsAFrozenDatabase(t *testing.T) {
 	after := prints()
 	testsvc.Eventually(t, 20*time.Second, func() bool { return prints() > after }, "prints again once the database answers")
 	cancel()
-	select {
-	case code := <-done:
-		require.Equal(t, ExitOK, code, errb.String())
-	case <-time.After(10 * time.Second):
-		t.Fatal("status --watch did not stop within 10 s of the cancel")
-	}
+	watchStopped(t, done, &errb)
 }
