@@ -263,7 +263,7 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 			p.idle(ctx, wait)
 			continue
 		}
-		p.dispatch(bctx, b)
+		p.dispatch(ctx, bctx, b)
 		p.delay = p.minPoll
 		if b.ev.Claimed < r.cfg.batchSize {
 			p.afterPartial(ctx)
@@ -311,16 +311,16 @@ func (p *pipeline) idle(ctx context.Context, d time.Duration) {
 }
 
 // dispatch publishes and settles b on a goroutine of its own, in bctx (see
-// batchContext). Batches settle as soon as the broker has answered for them,
-// so one that waits for its publish timeout does not hold up the
-// acknowledgement of later ones.
-func (p *pipeline) dispatch(bctx context.Context, b *batch) {
+// batchContext; ctx is Run's). Batches settle as soon as the broker has
+// answered for them, so one that waits for its publish timeout does not hold
+// up the acknowledgement of later ones.
+func (p *pipeline) dispatch(ctx, bctx context.Context, b *batch) {
 	p.inFlight++
 	p.wg.Go(func() {
 		if len(b.send) > 0 {
 			p.r.publish(bctx, b)
 		}
-		ev, unavailable, err := p.r.settle(bctx, b)
+		ev, unavailable, err := p.r.settle(ctx, bctx, b)
 		p.outcomes <- outcome{ev: ev, unavailable: unavailable, err: err} // never blocks: room for maxInFlight
 	})
 }
@@ -462,7 +462,7 @@ func (r *Relay) step(ctx, bctx context.Context, limit int) (ev BatchEvent, unava
 	if len(b.send) > 0 {
 		r.publish(bctx, b)
 	}
-	return r.settle(bctx, b)
+	return r.settle(ctx, bctx, b)
 }
 
 // batch is a claimed batch on its way through the relay.
@@ -546,11 +546,16 @@ func (r *Relay) publish(bctx context.Context, b *batch) {
 // settle acknowledges, reschedules and kills what became of a published
 // batch, reports it, and returns its event, the destination error when the
 // whole batch found the destination unavailable, and a store error. bctx is
-// the batch's context (see batchContext), which a stop does not cancel.
-func (r *Relay) settle(bctx context.Context, b *batch) (ev BatchEvent, unavailable error, err error) {
+// the batch's context (see batchContext), which a stop does not cancel; ctx
+// is the relay's, which a stop does: the broker is asked whether it is down
+// (a ping of up to the publish timeout) only while the relay is not
+// stopping, so that a stop leaves the batch's acknowledgement its grace.
+// While stopping, messages that found the broker unreachable are taken to
+// have met an outage, and their attempts are given back.
+func (r *Relay) settle(ctx, bctx context.Context, b *batch) (ev BatchEvent, unavailable error, err error) {
 	ev = b.ev
 	errs := b.errs
-	down := r.destinationDown(bctx, errs)
+	down := r.destinationDown(ctx, errs)
 	if down != nil && wholeBatchUnavailable(errs) != nil {
 		unavailable = down // nothing got through: pause the relay
 	}

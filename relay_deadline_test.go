@@ -135,3 +135,49 @@ func TestRelayStopIsBoundedWhileTheDatabaseHangs(t *testing.T) {
 		})
 	}
 }
+
+// hangingBroker is a broker that accepted the connection and then says
+// nothing: publishes and pings wait for their ctx.
+type hangingBroker struct{ publishing chan struct{} }
+
+func (h *hangingBroker) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	select {
+	case h.publishing <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return outbox.ErrorsFor(len(msgs), ctx.Err())
+}
+
+func (h *hangingBroker) Ping(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A stop while the broker hangs does not spend the stop's grace asking the
+// broker whether it is down: the batch that timed out is made due again,
+// its attempt given back, within the publish timeout plus StopGrace.
+func TestRelayStopSettlesWhileTheBrokerHangs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pub := &hangingBroker{publishing: make(chan struct{}, 1)}
+	logs := &logBuffer{}
+	r := fastRelay(t, b.store, pub, outbox.WithPublishTimeout(outbox.DefaultPublishTimeout),
+		outbox.WithLogger(slog.New(slog.NewJSONHandler(logs, nil))))
+	b.write(t, many(3)...)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	<-pub.publishing
+	stopped := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+		require.Less(t, time.Since(stopped), outbox.DefaultPublishTimeout+outbox.StopGrace)
+	case <-time.After(outbox.DefaultPublishTimeout + outbox.StopGrace + 10*time.Second):
+		t.Fatal("Run did not return after its stop")
+	}
+	require.NotContains(t, logs.String(), "relay cycle failed while stopping")
+	require.Equal(t, 3, b.count(t, "status = 0 AND retry_count = 0"), "due again, the attempt given back")
+}

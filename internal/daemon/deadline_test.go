@@ -134,11 +134,7 @@ func TestDatabaseFreeze(t *testing.T) {
 			testsvc.Eventually(t, cfg.StoreTimeout+3*time.Second, func() bool {
 				return strings.Count(logs.String(), warning) > warned
 			}, "a warning for the second freeze")
-			stopped := time.Now()
-			require.NoError(t, stop())
-			took := time.Since(stopped)
-			t.Logf("stopped in %v", took.Round(time.Millisecond))
-			require.Less(t, took, cfg.PublishTimeout+outbox.StopGrace+closeGrace+500*time.Millisecond)
+			stopsInTime(t, cfg, stop)
 			db.proxy.Restore()
 		})
 	}
@@ -171,4 +167,44 @@ func TestMySQLTimeouts(t *testing.T) {
 			require.Equal(t, tc.want, got)
 		})
 	}
+}
+
+// With the broker's connection black-holed while a batch is at it, a stop
+// still takes at most the publish timeout plus StopGrace (and the second for
+// the database connections), and the batch is settled (made due again) in
+// that time: the relay does not spend the grace asking the frozen broker
+// whether it is down.
+func TestBrokerFreezeStopIsBounded(t *testing.T) {
+	t.Parallel()
+	dsn, db, store := sqliteDB(t)
+	stream := newNATSStream(t)
+	b, proxy := stream.proxiedBroker(t, "events")
+	cfg := baseConfig(dsn, b)
+	_, logs, stop := startLogged(t, cfg)
+	writeSQLite(t, db, store, "ORDER_PAID", 2)
+	testsvc.Eventually(t, 20*time.Second, func() bool { return stream.count(t) == 2 }, "published")
+
+	proxy.Blackhole()
+	writeSQLite(t, db, store, "ORDER_PAID", 2)
+	testsvc.Eventually(t, 5*time.Second, func() bool {
+		var n int
+		require.NoError(t, db.QueryRow("SELECT count(*) FROM outbox_message WHERE status = 0 AND retry_count = 1").Scan(&n))
+		return n == 2
+	}, "the batch is claimed, and at the frozen broker")
+	stopsInTime(t, cfg, stop)
+	require.NotContains(t, logs.String(), "relay cycle failed while stopping",
+		"the batch that timed out at the broker was released within the grace")
+	proxy.Restore()
+}
+
+// stopsInTime stops a daemon and checks that Run returned within the
+// publish timeout, outbox.StopGrace and the second its database connections
+// get to close (and half a second for the test).
+func stopsInTime(t *testing.T, cfg *config.Config, stop func() error) {
+	t.Helper()
+	stopped := time.Now()
+	require.NoError(t, stop())
+	took := time.Since(stopped)
+	t.Logf("stopped in %v", took.Round(time.Millisecond))
+	require.Less(t, took, cfg.PublishTimeout+outbox.StopGrace+closeGrace+500*time.Millisecond)
 }
