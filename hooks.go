@@ -28,7 +28,8 @@ type BatchEvent struct {
 	Sent     int           // acknowledged as sent
 	Retried  int           // rescheduled with backoff
 	Dead     int           // marked dead
-	Fenced   int           // lost to another relay before the ack
+	Fenced   int           // lost to another relay before the ack (the row is still there)
+	Gone     int           // published, but the row was deleted before the ack (see [RowCounter])
 	Duration time.Duration // claim to acknowledgement
 	Err      error         // a store error that cut the cycle short
 }

@@ -31,6 +31,14 @@ const (
 	// DefaultMaxInFlight is how many claimed batches a relay may have at the
 	// broker at once: 1, claim, publish and acknowledge one batch at a time.
 	DefaultMaxInFlight = 1
+	// DefaultStoreTimeout bounds each database call of the relay: a claim,
+	// and each acknowledgement, reschedule or kill of a batch.
+	DefaultStoreTimeout = 5 * time.Second
+	// StopGrace is how long after the publish timeout a stopping relay
+	// still waits for the batches it claimed to be acknowledged: [Relay.Run]
+	// returns at most the publish timeout plus StopGrace after its ctx is
+	// cancelled, whatever the database and the broker do.
+	StopGrace = 2 * time.Second
 )
 
 // DeadPolicy says what ordered delivery does with an aggregate whose head message went dead.
@@ -53,6 +61,7 @@ type relayConfig struct {
 	backoffBase      time.Duration
 	backoffCap       time.Duration
 	publishTimeout   time.Duration
+	storeTimeout     time.Duration
 	lease            time.Duration
 	probeInterval    time.Duration
 	maxProbeInterval time.Duration
@@ -75,6 +84,7 @@ func defaultRelayConfig() relayConfig {
 		backoffBase:      DefaultBackoffBase,
 		backoffCap:       DefaultBackoffCap,
 		publishTimeout:   DefaultPublishTimeout,
+		storeTimeout:     DefaultStoreTimeout,
 		lease:            DefaultLease,
 		probeInterval:    DefaultProbeInterval,
 		maxProbeInterval: DefaultMaxProbeInterval,
@@ -98,6 +108,7 @@ func (c *relayConfig) validate() error {
 	check(c.backoffBase > 0, "WithBackoff: base %v is not positive", c.backoffBase)
 	check(c.backoffCap >= c.backoffBase, "WithBackoff: cap %v is below base %v", c.backoffCap, c.backoffBase)
 	check(c.publishTimeout > 0, "WithPublishTimeout: %v is not positive", c.publishTimeout)
+	check(c.storeTimeout > 0, "WithStoreTimeout: %v is not positive", c.storeTimeout)
 	check(c.lease >= 2*c.publishTimeout, "WithLease: %v is shorter than twice the publish timeout (%v)", c.lease, c.publishTimeout)
 	check(c.probeInterval > 0 && c.maxProbeInterval >= c.probeInterval,
 		"WithProbeInterval: %v..%v is not a positive range", c.probeInterval, c.maxProbeInterval)
@@ -165,9 +176,23 @@ func WithBackoff(base, cap time.Duration) RelayOption {
 }
 
 // WithPublishTimeout bounds one Publish call, and so how long a graceful stop
-// waits for the batch in flight. Default: DefaultPublishTimeout (3 s).
+// waits for the batch in flight: Run returns at most the publish timeout plus
+// [StopGrace] after its ctx is cancelled. Default: DefaultPublishTimeout (3 s).
 func WithPublishTimeout(d time.Duration) RelayOption {
 	return func(c *relayConfig) { c.publishTimeout = d }
+}
+
+// WithStoreTimeout bounds each database call of the relay: a claim (the
+// pool's connection check before it included), and each acknowledgement,
+// reschedule or kill of a batch. A call that runs out of it fails with an
+// error that wraps [ErrStoreTimeout]; the relay logs a warning ("database
+// call timed out") and tries again after its usual store backoff, so a
+// database that stopped answering is never a silent stall. Rows whose
+// acknowledgement timed out are published again after their lease
+// (at-least-once). Keep it well above the slowest claim the database may
+// take under load. Default: DefaultStoreTimeout (5 s).
+func WithStoreTimeout(d time.Duration) RelayOption {
+	return func(c *relayConfig) { c.storeTimeout = d }
 }
 
 // WithLease sets how long a claim reserves its rows; a relay that dies holding

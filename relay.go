@@ -15,10 +15,9 @@ import (
 // ErrRunning is returned by [Relay.Run] when the relay is already running.
 var ErrRunning = errors.New("outbox: relay already running")
 
-// storeTimeout bounds the store calls that follow a publish (ack, reschedule,
-// kill). They run even after shutdown began, so that a stop does not turn the
-// batch in flight into duplicates.
-const storeTimeout = 5 * time.Second
+// ErrStoreTimeout is wrapped by the error of a store call that ran out of
+// the relay's store timeout ([WithStoreTimeout]).
+var ErrStoreTimeout = errors.New("outbox: database call timed out")
 
 // Relay moves committed messages from a [Store] to a [Publisher]: it claims a
 // batch, publishes it, acknowledges what the broker confirmed, reschedules
@@ -95,8 +94,12 @@ func (r *Relay) Notify() {
 
 // Run relays messages until ctx is cancelled, then finishes the batches in
 // flight (publishing them within the publish timeout and acknowledging them),
-// claims nothing new, and returns nil. Store errors are logged and retried;
-// Run does not return because of them. If the store implements [Notifier],
+// claims nothing new, and returns nil, at most the publish timeout plus
+// [StopGrace] after ctx was cancelled whatever the database and the broker
+// do: a batch whose acknowledgement cannot finish by then is left to its
+// lease, and published again after it (at-least-once). Store errors,
+// timeouts included ([WithStoreTimeout]), are logged and retried; Run does
+// not return because of them. If the store implements [Notifier],
 // Run listens for wake-ups and falls back to polling while the listener is
 // down.
 //
@@ -127,10 +130,59 @@ func (r *Relay) Run(ctx context.Context) error {
 		slog.Int("max_in_flight", r.cfg.maxInFlight))
 	defer r.log.Info("relay stopped")
 
+	bctx, release := r.batchContext(ctx)
+	defer release()
 	p := r.newPipeline()
 	defer p.close()
-	p.loop(ctx)
+	p.loop(ctx, bctx)
 	return nil
+}
+
+// batchContext returns the context in which claimed batches are published
+// and settled: the rows are the relay's, so a stop (ctx cancelled) does not
+// cut them short, but the stop's deadline does, the publish timeout plus
+// StopGrace after it. release frees it once the batches are done.
+func (r *Relay) batchContext(ctx context.Context) (bctx context.Context, release func()) {
+	bctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	grace := r.cfg.publishTimeout + StopGrace
+	var mu sync.Mutex
+	var timer *time.Timer
+	stopWatch := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		timer = time.AfterFunc(grace, func() {
+			cancel(fmt.Errorf("outbox: relay stopping: the batch in flight had %v to finish", grace))
+		})
+	})
+	return bctx, func() {
+		stopWatch()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// storeContext bounds one store call by the store timeout.
+func (r *Relay) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, r.cfg.storeTimeout, ErrStoreTimeout)
+}
+
+// storeErr returns err, marked with ErrStoreTimeout when the store call's own
+// deadline (storeContext's sctx) is what cut it short, or with the end of a
+// stop's grace (see batchContext), since drivers say only "context canceled".
+func (r *Relay) storeErr(sctx context.Context, err error) error {
+	cause := context.Cause(sctx)
+	switch {
+	case err == nil || cause == nil || errors.Is(err, cause) || cause == context.Canceled:
+		return err
+	case errors.Is(cause, ErrStoreTimeout):
+		return fmt.Errorf("%w after %v: %w", ErrStoreTimeout, r.cfg.storeTimeout, err)
+	default:
+		return fmt.Errorf("%w: %w", cause, err)
+	}
 }
 
 // pipeline is one Run: the claim loop, on Run's goroutine, and a goroutine
@@ -180,12 +232,13 @@ func (p *pipeline) close() {
 	}
 }
 
-// loop claims and dispatches batches until ctx is done.
-func (p *pipeline) loop(ctx context.Context) {
+// loop claims and dispatches batches until ctx is done; bctx is the batches'
+// context (see batchContext).
+func (p *pipeline) loop(ctx, bctx context.Context) {
 	r := p.r
 	for ctx.Err() == nil {
 		if p.down {
-			p.probeDestination(ctx)
+			p.probeDestination(ctx, bctx)
 			continue
 		}
 		// Wait for a free slot, taking in the batches that settled meanwhile.
@@ -214,7 +267,7 @@ func (p *pipeline) loop(ctx context.Context) {
 			p.idle(ctx, wait)
 			continue
 		}
-		p.dispatch(ctx, b)
+		p.dispatch(ctx, bctx, b)
 		p.delay = p.minPoll
 		if b.ev.Claimed < r.cfg.batchSize {
 			p.afterPartial(ctx)
@@ -261,16 +314,17 @@ func (p *pipeline) idle(ctx context.Context, d time.Duration) {
 	}
 }
 
-// dispatch publishes and settles b on a goroutine of its own. Batches settle
-// as soon as the broker has answered for them, so one that waits for its
-// publish timeout does not hold up the acknowledgement of later ones.
-func (p *pipeline) dispatch(ctx context.Context, b *batch) {
+// dispatch publishes and settles b on a goroutine of its own, in bctx (see
+// batchContext; ctx is Run's). Batches settle as soon as the broker has
+// answered for them, so one that waits for its publish timeout does not hold
+// up the acknowledgement of later ones.
+func (p *pipeline) dispatch(ctx, bctx context.Context, b *batch) {
 	p.inFlight++
 	p.wg.Go(func() {
 		if len(b.send) > 0 {
-			p.r.publish(ctx, b)
+			p.r.publish(bctx, b)
 		}
-		ev, unavailable, err := p.r.settle(ctx, b)
+		ev, unavailable, err := p.r.settle(ctx, bctx, b)
 		p.outcomes <- outcome{ev: ev, unavailable: unavailable, err: err} // never blocks: room for maxInFlight
 	})
 }
@@ -311,10 +365,16 @@ func (p *pipeline) apply(ctx context.Context, o outcome) {
 	}
 }
 
-// storeFailed logs a store error and waits, longer each time in a row.
+// storeFailed logs a store error and waits, longer each time in a row. A
+// store call that timed out is a warning: the database stopped answering
+// for a while, and the relay tries again.
 func (p *pipeline) storeFailed(ctx context.Context, err error) {
 	r := p.r
-	r.log.LogAttrs(ctx, slog.LevelError, "relay cycle failed", slog.String(attrError, err.Error()),
+	level, msg := slog.LevelError, "relay cycle failed"
+	if errors.Is(err, ErrStoreTimeout) {
+		level, msg = slog.LevelWarn, "database call timed out, will retry"
+	}
+	r.log.LogAttrs(ctx, level, msg, slog.String(attrError, err.Error()),
 		slog.Duration(attrDelay, p.storeWait))
 	r.sleep(ctx, jitter(p.storeWait))
 	p.storeWait = min(2*p.storeWait, max(r.cfg.pollInterval, 30*time.Second))
@@ -337,7 +397,7 @@ func (p *pipeline) destinationDown(ctx context.Context, err error) {
 // probeDestination is one step of the down state: wait until nothing is in
 // flight, pause (after a failure), then ask the broker where it can answer,
 // and try one message.
-func (p *pipeline) probeDestination(ctx context.Context) {
+func (p *pipeline) probeDestination(ctx, bctx context.Context) {
 	r := p.r
 	for p.inFlight > 0 {
 		if !p.collect(ctx, true) {
@@ -359,7 +419,7 @@ func (p *pipeline) probeDestination(ctx context.Context) {
 		}
 	}
 	// Half-open: one message, synchronously.
-	ev, unavailable, err := r.step(ctx, 1)
+	ev, unavailable, err := r.step(ctx, bctx, 1)
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {
@@ -379,9 +439,12 @@ func (p *pipeline) probeDestination(ctx context.Context) {
 // Step runs one claim-publish-acknowledge cycle of up to the batch size and
 // reports what it did. It is what Run repeats; tests and tools use it to
 // drive a relay by hand. A cancelled ctx stops the claim but not the
-// publishing and acknowledging of rows already claimed.
+// publishing and acknowledging of rows already claimed, which must finish
+// within the publish timeout plus [StopGrace] after it.
 func (r *Relay) Step(ctx context.Context) (BatchEvent, error) {
-	ev, unavailable, err := r.step(ctx, r.cfg.batchSize)
+	bctx, release := r.batchContext(ctx)
+	defer release()
+	ev, unavailable, err := r.step(ctx, bctx, r.cfg.batchSize)
 	if err == nil && unavailable != nil {
 		err = unavailable
 	}
@@ -391,7 +454,8 @@ func (r *Relay) Step(ctx context.Context) (BatchEvent, error) {
 // step claims up to limit rows and sees them through, synchronously. It
 // returns the batch's event, the destination error when the whole batch found
 // the destination unavailable, and a store error that cut the cycle short.
-func (r *Relay) step(ctx context.Context, limit int) (ev BatchEvent, unavailable error, err error) {
+// The claim runs in ctx, the publish and settle in bctx (see batchContext).
+func (r *Relay) step(ctx, bctx context.Context, limit int) (ev BatchEvent, unavailable error, err error) {
 	b, err := r.claim(ctx, limit)
 	if err != nil {
 		return BatchEvent{Err: err}, nil, err
@@ -400,9 +464,9 @@ func (r *Relay) step(ctx context.Context, limit int) (ev BatchEvent, unavailable
 		return ev, nil, nil
 	}
 	if len(b.send) > 0 {
-		r.publish(ctx, b)
+		r.publish(bctx, b)
 	}
-	return r.settle(ctx, b)
+	return r.settle(ctx, bctx, b)
 }
 
 // batch is a claimed batch on its way through the relay.
@@ -421,7 +485,9 @@ type batch struct {
 // claim to the batch hooks.
 func (r *Relay) claim(ctx context.Context, limit int) (*batch, error) {
 	start := time.Now()
-	claim, err := r.store.Claim(ctx, ClaimParams{
+	cctx, cancel := r.storeContext(ctx)
+	defer cancel()
+	claim, err := r.store.Claim(cctx, ClaimParams{
 		Limit:       limit,
 		Lease:       r.cfg.lease,
 		Ordered:     r.cfg.ordered,
@@ -433,7 +499,7 @@ func (r *Relay) claim(ctx context.Context, limit int) (*batch, error) {
 		r.claimDone(err)
 	}
 	if err != nil {
-		err = fmt.Errorf("claim batch: %w", err)
+		err = fmt.Errorf("claim batch: %w", r.storeErr(cctx, err))
 		if ctx.Err() == nil { // a claim cut short by a stop is no failure of the store
 			r.batchDone(BatchEvent{Err: err}, start)
 		}
@@ -474,9 +540,9 @@ func (b *batch) kill(m *Message, reason error) {
 }
 
 // publish sends b's messages within the publish timeout and sets b.errs.
-// The rows are claimed: a cancelled ctx does not stop the publish.
-func (r *Relay) publish(ctx context.Context, b *batch) {
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.publishTimeout)
+// bctx is the batch's context (see batchContext), which a stop does not cancel.
+func (r *Relay) publish(bctx context.Context, b *batch) {
+	pctx, cancel := context.WithTimeout(bctx, r.cfg.publishTimeout)
 	defer cancel()
 	errs := r.pub.Publish(pctx, b.send)
 	if len(errs) != len(b.send) {
@@ -487,12 +553,17 @@ func (r *Relay) publish(ctx context.Context, b *batch) {
 
 // settle acknowledges, reschedules and kills what became of a published
 // batch, reports it, and returns its event, the destination error when the
-// whole batch found the destination unavailable, and a store error.
-func (r *Relay) settle(ctx context.Context, b *batch) (ev BatchEvent, unavailable error, err error) {
+// whole batch found the destination unavailable, and a store error. bctx is
+// the batch's context (see batchContext), which a stop does not cancel; ctx
+// is the relay's, which a stop does: the broker is asked whether it is down
+// (a ping of up to the publish timeout) only while the relay is not
+// stopping, so that a stop leaves the batch's acknowledgement its grace.
+// While stopping, messages that found the broker unreachable are taken to
+// have met an outage, and their attempts are given back.
+func (r *Relay) settle(ctx, bctx context.Context, b *batch) (ev BatchEvent, unavailable error, err error) {
 	ev = b.ev
-	bctx := context.WithoutCancel(ctx) // the rows are ours: see them through even if shutdown began
 	errs := b.errs
-	down := r.destinationDown(bctx, errs)
+	down := r.destinationDown(ctx, errs)
 	if down != nil && wholeBatchUnavailable(errs) != nil {
 		unavailable = down // nothing got through: pause the relay
 	}
@@ -521,16 +592,17 @@ func (r *Relay) settle(ctx context.Context, b *batch) (ev BatchEvent, unavailabl
 		}
 	}
 
-	sctx, cancel := context.WithTimeout(bctx, storeTimeout)
+	sctx, cancel := r.storeContext(bctx)
 	defer cancel()
 	if b.held != nil {
 		err = r.settleHeld(sctx, b.held, &ev, sent, retries, refunds, dead)
 	} else {
 		err = r.settleEach(sctx, &ev, sent, retries, refunds, dead)
 	}
+	err = r.storeErr(sctx, err)
 	ev.Err = err
 
-	r.report(ctx, now, sent, retries, retryErrs, refunds, dead, deadErrs, down)
+	r.report(bctx, now, sent, retries, retryErrs, refunds, dead, deadErrs, down)
 	r.batchDone(ev, b.start)
 	return ev, unavailable, err
 }
@@ -542,9 +614,36 @@ func (r *Relay) settleHeld(ctx context.Context, held HeldClaim, ev *BatchEvent, 
 	if err != nil {
 		return fmt.Errorf("settle %d messages: %w", len(sent)+len(retries)+len(refunds)+len(dead), err)
 	}
-	ev.Sent, ev.Fenced = n, len(sent)-n
+	ev.Sent = n
+	ev.Fenced, ev.Gone = r.unacked(ctx, sent, n)
 	ev.Retried, ev.Dead = len(retries), len(dead)
 	return nil
+}
+
+// unacked splits the sent messages that the acknowledgement did not change
+// (all but acked of them) into those whose rows another relay took over
+// (fenced) and those whose rows are gone, when the store can count rows
+// ([RowCounter]); otherwise, or when counting fails, all are fenced.
+func (r *Relay) unacked(ctx context.Context, sent []*Message, acked int) (fenced, gone int) {
+	fenced = len(sent) - acked
+	rc, ok := r.store.(RowCounter)
+	if fenced <= 0 || !ok {
+		return fenced, 0
+	}
+	ids := make([]int64, len(sent))
+	for i, m := range sent {
+		ids[i] = m.RowID
+	}
+	present, err := rc.CountRows(ctx, ids)
+	if err != nil {
+		r.log.LogAttrs(ctx, slog.LevelDebug, "count unacknowledged rows failed", slog.String(attrError, err.Error()))
+		return fenced, 0
+	}
+	if r.cfg.deleteSent {
+		present += acked // the acknowledgement deleted them
+	}
+	gone = min(max(len(sent)-present, 0), fenced)
+	return fenced - gone, gone
 }
 
 // settleEach settles a batch with a store call for each fate.
@@ -555,7 +654,8 @@ func (r *Relay) settleEach(sctx context.Context, ev *BatchEvent, sent []*Message
 		if err != nil {
 			storeErrs = append(storeErrs, fmt.Errorf("ack %d messages: %w", len(sent), err))
 		} else {
-			ev.Sent, ev.Fenced = n, len(sent)-n
+			ev.Sent = n
+			ev.Fenced, ev.Gone = r.unacked(sctx, sent, n)
 		}
 	}
 	if len(retries) > 0 {
@@ -642,8 +742,8 @@ func (r *Relay) report(ctx context.Context, decided time.Time, sent []*Message, 
 	refunds []Retry, dead []Dead, deadErrs []error, unavailable error) {
 	now := time.Now()
 	for _, m := range sent {
-		// Ack reports a count only, so a fenced row (BatchEvent.Fenced) is reported sent too:
-		// the broker did confirm it.
+		// Ack reports a count only, so a fenced or deleted row (BatchEvent.Fenced,
+		// BatchEvent.Gone) is reported sent too: the broker did confirm it.
 		r.message(MessageEvent{Message: m, Result: ResultSent, Latency: now.Sub(m.CreatedAt)})
 	}
 	for i, rt := range retries {
@@ -700,11 +800,15 @@ func (r *Relay) batchDone(ev BatchEvent, start time.Time) {
 	if ev.Claimed > 0 {
 		r.log.LogAttrs(context.Background(), slog.LevelDebug, "batch done", slog.Int(attrBatchSize, ev.Claimed),
 			slog.Int("sent", ev.Sent), slog.Int("retried", ev.Retried), slog.Int("dead", ev.Dead),
-			slog.Int("fenced", ev.Fenced), slog.Duration("duration", ev.Duration))
+			slog.Int("fenced", ev.Fenced), slog.Int("gone", ev.Gone), slog.Duration("duration", ev.Duration))
 	}
 	if ev.Fenced > 0 {
 		r.log.LogAttrs(context.Background(), slog.LevelWarn, "lease lost before ack, another relay owns the rows",
 			slog.Int(attrCount, ev.Fenced))
+	}
+	if ev.Gone > 0 {
+		r.log.LogAttrs(context.Background(), slog.LevelWarn, "rows deleted before ack by someone else, the broker has them",
+			slog.Int(attrCount, ev.Gone))
 	}
 	r.hookMu.Lock()
 	defer r.hookMu.Unlock()

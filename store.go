@@ -165,6 +165,18 @@ type Stats struct {
 	OtherStatus int64
 }
 
+// RowCounter is implemented by stores that can say how many of a batch's
+// rows are still in the table. When an acknowledgement changes fewer rows
+// than the relay sent, the relay asks, to tell the rows another relay took
+// over (fenced: their lease ran out first) from rows that someone deleted
+// meanwhile (an operator, or with delete_sent a relay that took them over),
+// and logs and counts each as what it is.
+type RowCounter interface {
+	// CountRows returns how many rows with these ids the table holds,
+	// whatever their status.
+	CountRows(ctx context.Context, rowIDs []int64) (int, error)
+}
+
 // Migrator is implemented by stores that can create or upgrade their schema.
 type Migrator interface {
 	// Migrate creates the outbox table and its indexes, or adds what an older

@@ -28,13 +28,14 @@ var (
 	// without ordering, since ordered claims are never held.
 	matrixDBs     = []string{"postgres", "postgres-held", "mysql"}
 	matrixBrokers = []string{"nats", "redis"}
-	matrixFaults  = []string{"kill9", "sigstop", "broker-cut", "broker-restart", "db-restart", "pool", "longtx"}
+	matrixFaults  = []string{"kill9", "sigstop", "broker-cut", "broker-restart", "db-restart", "db-freeze", "pool", "longtx"}
 	shortForm     = map[string]bool{
 		"postgres/nats/kill9":       true,
 		"postgres-held/nats/kill9":  true,
 		"postgres/nats/sigstop":     true,
 		"mysql/nats/db-restart":     true,
 		"postgres/redis/broker-cut": true,
+		"postgres/nats/db-freeze":   true,
 	}
 	// unordered are the faults run with the relay's default (ordering off);
 	// the others run with --ordering, so their order violations must be 0.
@@ -147,7 +148,8 @@ type run struct {
 	aggs     int
 	db       *database
 	broker   *server
-	proxy    *faultproxy.Proxy
+	proxy    *faultproxy.Proxy // between the relays and the broker
+	dbProxy  *faultproxy.Proxy // between the relays and the database (db-freeze only)
 	relays   *relays
 	relayCfg relayConfig
 	monitor  *sql.DB // the harness's own connections: in-flight sets, pending counts, truth
@@ -198,6 +200,9 @@ func runScenario(t *testing.T, sc scenario, set settings) *Report {
 		// their own shared by several relay loops each.
 		maxConns, relayCfg.loops, relayCfg.maxConns = 24, 3, 2
 	}
+	if sc.fault == "db-freeze" {
+		relayCfg.storeTimeout = freezeStoreTimeout
+	}
 	r.relayCfg = relayCfg
 	r.db = newDatabase(t, dbKind, r.dir, maxConns, r.aggs)
 	r.monitor = r.db.open(2)
@@ -226,7 +231,13 @@ func runScenario(t *testing.T, sc scenario, set settings) *Report {
 	r.proxy = faultproxy.New(t, fmt.Sprintf("127.0.0.1:%d", r.broker.port))
 	r.proxy.Latency(brokerLatency)
 	relayBroker := strings.Replace(directURL, fmt.Sprintf("127.0.0.1:%d", r.broker.port), r.proxy.Addr(), 1)
-	r.relays = startRelays(t, r.dir, r.db.relayDSN, relayBroker, relayCfg)
+	relayDB := r.db.relayDSN
+	if sc.fault == "db-freeze" {
+		dbAddr := fmt.Sprintf("127.0.0.1:%d", r.db.srv.port)
+		r.dbProxy = faultproxy.New(t, dbAddr)
+		relayDB = strings.Replace(relayDB, dbAddr, r.dbProxy.Addr(), 1)
+	}
+	r.relays = startRelays(t, r.dir, relayDB, relayBroker, relayCfg)
 
 	setupDone := time.Now()
 	r.work = &workload{d: r.db, db: business, tag: fmt.Sprintf("m%x", seed&0xffffff), cfg: workloadConfig{
@@ -322,6 +333,7 @@ func (r *run) finish(rep *Report, rows []Row, produces, hogs []Produce, deliveri
 	for key, msg := range map[string]string{
 		"fenced_batches_logged":   "lease lost before ack, another relay owns the rows",
 		"store_errors_logged":     "relay cycle failed",
+		"store_timeouts_logged":   "database call timed out, will retry",
 		"destination_down_logged": "destination unavailable, pausing",
 		"publish_retries_logged":  "publish failed, will retry",
 		"dead_logged":             "message dead",
@@ -366,6 +378,10 @@ func (r *run) finish(rep *Report, rows []Row, produces, hogs []Produce, deliveri
 		}
 		if r.extra["store_errors_logged"] == 0 {
 			r.checks = append(r.checks, "the relays logged no database error: the exhaustion never reached them")
+		}
+	case "db-freeze":
+		if r.extra["store_timeouts_logged"] == 0 {
+			r.checks = append(r.checks, "the relays logged no database timeout: the freeze never reached them")
 		}
 	case "longtx":
 		// Nothing stuck: while each committed hog held its early id open,

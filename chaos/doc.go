@@ -22,6 +22,10 @@
 //   - broker-cut: reset or blackhole the relays' broker connections.
 //   - broker-restart: SIGKILL the broker, start it on the same data.
 //   - db-restart: SIGKILL the database server (every process), restart it.
+//   - db-freeze: blackhole the relays' database connections (they reach the
+//     database through a second fault proxy) for longer than their store
+//     timeout, then heal; during the first freeze one relay is stopped with
+//     SIGTERM and must exit within the publish timeout plus a few seconds.
 //   - pool: fill the database's connection slots and end the relays'
 //     connections; the relays have small pools of their own, the business
 //     pool keeps serving.
@@ -30,7 +34,7 @@
 //
 // # Running
 //
-// `go test ./chaos` runs a short form (seconds per scenario, four cells);
+// `go test ./chaos` runs a short form (seconds per scenario, six cells);
 // `make chaos` sets OUTBOX_CHAOS=full and runs every cell longer, writing
 // every report to docs/guarantees-last-run.json. OUTBOX_CHAOS_SEED replays
 // a run's schedule, OUTBOX_CHAOS_LOAD sets how long producers run, and

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"syscall"
 	"time"
+
+	"github.com/outboxkit/outbox"
 )
 
 // A nemesis injects one kind of fault while the producers run, until ctx
@@ -19,6 +21,7 @@ var nemeses = map[string]nemesis{
 	"broker-cut":     cutBroker,
 	"broker-restart": restartBroker,
 	"db-restart":     restartDB,
+	"db-freeze":      freezeDB,
 	"pool":           exhaustConnections,
 	"longtx":         longTransactions,
 }
@@ -130,6 +133,65 @@ func restartDB(ctx context.Context, r *run) {
 		}
 		after := r.inFlight() // at once, before the relays' backoff lets them ack
 		r.fault(Fault{Kind: "db-restart", Target: r.db.kind, At: at, InFlight: keys(before, after)})
+	}
+}
+
+// freezeStoreTimeout is the relays' store timeout in the db-freeze scenario,
+// shorter than the default so that a freeze of a few seconds outlasts it.
+const freezeStoreTimeout = time.Second
+
+// frozenStopBound is how long a relay may take to exit after SIGTERM while
+// its database is frozen: the publish timeout, outbox.StopGrace for the
+// batch's ack, the second the daemon gives its connections to close, and a
+// second of slack for the process.
+const frozenStopBound = relayPublishTimeout + outbox.StopGrace + 2*time.Second
+
+// freezeDB black-holes the relays' database connections through the fault
+// proxy (sockets open, nothing forwarded: a partition, or a server that
+// hangs) for 2-3 s, longer than their store timeout, then heals. Claims and
+// acks in the air time out; rows published but not acknowledged go out again
+// after their lease. During the first freeze it also stops a relay with
+// SIGTERM, which must exit cleanly within frozenStopBound, and starts it
+// again after the heal.
+func freezeDB(ctx context.Context, r *run) {
+	for i := 0; r.sleep(ctx, r.between(time.Second, 2*time.Second)); i++ {
+		before := r.inFlight()
+		at := time.Now()
+		hold := r.between(freezeStoreTimeout+time.Second, freezeStoreTimeout+2*time.Second)
+		r.dbProxy.Blackhole()
+		stopped := -1
+		if i == 0 {
+			r.sleep(context.Background(), freezeStoreTimeout+300*time.Millisecond) // a claim has timed out
+			stopped = r.rng.IntN(r.relays.count())
+			r.stopFrozen(stopped)
+		}
+		r.sleep(context.Background(), time.Until(at.Add(hold)))
+		during := r.inFlight() // the monitor reaches the database directly
+		r.dbProxy.Restore()
+		if stopped >= 0 {
+			if err := r.relays.start(stopped); err != nil {
+				r.check("restart relay-%d after the freeze: %v", stopped+1, err)
+			}
+		}
+		r.fault(Fault{Kind: "db-freeze", Target: "relays->" + r.db.kind, At: at, InFlight: keys(before, during)})
+	}
+}
+
+// stopFrozen stops the relay of slot with SIGTERM while its database is
+// frozen, and checks that it exits cleanly within frozenStopBound.
+func (r *run) stopFrozen(slot int) {
+	start := time.Now()
+	err := r.relays.proc(slot).stop(frozenStopBound + 10*time.Second)
+	took := time.Since(start)
+	r.mu.Lock()
+	r.extra["stop_while_frozen_ms"] = max(r.extra["stop_while_frozen_ms"], took.Milliseconds())
+	r.mu.Unlock()
+	switch {
+	case err != nil:
+		r.check("stop relay-%d while the database was frozen: %v", slot+1, err)
+	case took > frozenStopBound:
+		r.check("relay-%d took %v to stop while the database was frozen, want at most %v", slot+1,
+			took.Round(time.Millisecond), frozenStopBound)
 	}
 }
 

@@ -31,6 +31,8 @@ type relayConfig struct {
 	maxConns int  // --db-max-conns; 0 keeps the daemon's default
 	ordered  bool // --ordering
 	held     bool // --held-claims
+	// storeTimeout is --store-timeout; 0 keeps the default.
+	storeTimeout time.Duration
 }
 
 // relays are a scenario's relay processes: the real `outbox relay` binary,
@@ -73,6 +75,9 @@ func startRelays(t *testing.T, dir, dbURL, brokerURL string, cfg relayConfig) *r
 	}
 	if cfg.held {
 		args = append(args, "--held-claims")
+	}
+	if cfg.storeTimeout > 0 {
+		args = append(args, "--store-timeout", cfg.storeTimeout.String())
 	}
 	// The daemon reads OUTBOX_* variables: pass none of the harness's own.
 	var env []string

@@ -66,6 +66,7 @@ type Metrics struct {
 	batchDuration   prometheus.Histogram
 	batchErrors     prometheus.Counter
 	fenced          prometheus.Counter
+	gone            prometheus.Counter
 	publishDuration prometheus.Histogram
 	stats           *statsCollector
 	archive         *archiveMetrics
@@ -194,6 +195,8 @@ func NewMetrics(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			"Cycles cut short by a store error (claim, ack, reschedule or kill failed)."),
 		fenced: counter("outbox_relay_fenced_total",
 			"Messages published but acknowledged by nobody because another relay took their rows over (lease expired)."),
+		gone: counter("outbox_relay_gone_total",
+			"Messages published whose rows were deleted before the relay acknowledged them (by an operator, or with delete_sent by a relay that took them over)."),
 		publishDuration: histogram("outbox_relay_publish_duration_seconds",
 			"Duration of one Publish call to the broker (one batch), measured by WrapPublisher.",
 			durationBuckets),
@@ -202,7 +205,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	}
 	m.destUp.Set(1)
 	m.all = []prometheus.Collector{m.up, m.destUp, m.destOutages, m.publishedVec, m.attempt, m.latency,
-		m.batchSize, m.batchDuration, m.batchErrors, m.fenced, m.publishDuration, m.stats}
+		m.batchSize, m.batchDuration, m.batchErrors, m.fenced, m.gone, m.publishDuration, m.stats}
 	if err := reg.Register(m); err != nil {
 		return nil, fmt.Errorf("metrics: register relay %q: %w", cfg.relay, err)
 	}
@@ -254,6 +257,9 @@ func (m *Metrics) OnBatch(ev outbox.BatchEvent) {
 	}
 	if ev.Fenced > 0 {
 		m.fenced.Add(float64(ev.Fenced))
+	}
+	if ev.Gone > 0 {
+		m.gone.Add(float64(ev.Gone))
 	}
 }
 

@@ -178,7 +178,7 @@ func TestHooksRecordSynthesizedEvents(t *testing.T) {
 	// A database clock ahead of ours must not make a negative latency.
 	m.OnMessage(outbox.MessageEvent{Message: msg(1), Result: outbox.ResultSent, Latency: -time.Second})
 
-	m.OnBatch(outbox.BatchEvent{Claimed: 7, Sent: 4, Retried: 1, Dead: 1, Fenced: 2, Duration: 30 * time.Millisecond})
+	m.OnBatch(outbox.BatchEvent{Claimed: 7, Sent: 4, Retried: 1, Dead: 1, Fenced: 2, Gone: 3, Duration: 30 * time.Millisecond})
 	m.OnBatch(outbox.BatchEvent{Err: errors.New("claim batch: connection refused")})
 	m.OnDestination(false, errors.New("down"))
 
@@ -208,6 +208,7 @@ func TestHooksRecordSynthesizedEvents(t *testing.T) {
 	require.InDelta(t, 0.03, bd.GetSampleSum(), 1e-9)
 	require.Equal(t, 1.0, value(t, reg, "outbox_relay_batch_errors_total", nil))
 	require.Equal(t, 2.0, value(t, reg, "outbox_relay_fenced_total", nil))
+	require.Equal(t, 3.0, value(t, reg, "outbox_relay_gone_total", nil), "deleted rows are not counted as fenced")
 	require.Equal(t, 0.0, value(t, reg, "outbox_relay_destination_up", nil))
 	require.Equal(t, 1.0, value(t, reg, "outbox_relay_destination_outages_total", nil))
 

@@ -388,6 +388,17 @@ func TestAdminBadInput(t *testing.T) {
 	}
 }
 
+// watchStopped waits for a cancelled status --watch to exit 0.
+func watchStopped(t *testing.T, done <-chan int, errb *syncBuffer) {
+	t.Helper()
+	select {
+	case code := <-done:
+		require.Equal(t, ExitOK, code, errb.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("status --watch did not stop within 10 s of the cancel")
+	}
+}
+
 // TestStatusWatch reprints the status until the context ends, then exits 0.
 func TestStatusWatch(t *testing.T) {
 	t.Parallel()
@@ -408,12 +419,7 @@ func TestStatusWatch(t *testing.T) {
 		return json.Unmarshal([]byte(ls[len(ls)-1]), &st) == nil && st.Pending == 3
 	}, "a later print shows the new rows")
 	cancel()
-	select {
-	case code := <-done:
-		require.Equal(t, ExitOK, code, errb.String())
-	case <-time.After(10 * time.Second):
-		t.Fatal("status --watch did not stop within 10 s of the cancel")
-	}
+	watchStopped(t, done, &errb)
 	require.Empty(t, errb.String())
 	for _, l := range lines() {
 		var st statusJSON

@@ -157,8 +157,15 @@ func statusCommand() *ucli.Command {
 	}
 }
 
+// watchReadTimeout is the least time status --watch gives one read of the
+// stats (it gives the interval when that is longer).
+const watchReadTimeout = 5 * time.Second
+
 // watchStatus prints the status every interval until ctx is done, then
-// returns nil. A failed read is reported on stderr and the watch goes on.
+// returns nil. A failed read is reported on stderr and the watch goes on;
+// a read that gets no answer within the interval (and at least
+// watchReadTimeout) fails, so that a database that stopped answering shows
+// as errors rather than a screen that is silently no longer updated.
 func watchStatus(ctx context.Context, cmd *ucli.Command, table string, s daemon.Store, interval time.Duration) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -166,7 +173,10 @@ func watchStatus(ctx context.Context, cmd *ucli.Command, table string, s daemon.
 		if !cmd.Bool("json") {
 			fmt.Fprintf(cmd.Root().Writer, "--- %s\n", time.Now().UTC().Format(time.RFC3339))
 		}
-		if err := printStatus(ctx, cmd, table, s); err != nil {
+		rctx, cancel := context.WithTimeout(ctx, max(interval, watchReadTimeout))
+		err := printStatus(rctx, cmd, table, s)
+		cancel()
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}

@@ -134,6 +134,9 @@ type Config struct {
 	BackoffCap  time.Duration `yaml:"backoff_cap"`
 	// PublishTimeout bounds one publish. Default: outbox.DefaultPublishTimeout.
 	PublishTimeout time.Duration `yaml:"publish_timeout"`
+	// StoreTimeout bounds each database call of a relay (a claim, an
+	// acknowledgement). Default: outbox.DefaultStoreTimeout.
+	StoreTimeout time.Duration `yaml:"store_timeout"`
 	// Lease is how long a claim reserves its rows. Default: outbox.DefaultLease.
 	Lease time.Duration `yaml:"lease"`
 	// ProbeInterval and MaxProbeInterval pace the probes of a destination that
@@ -346,6 +349,7 @@ func Default() *Config {
 		BackoffBase:      outbox.DefaultBackoffBase,
 		BackoffCap:       outbox.DefaultBackoffCap,
 		PublishTimeout:   outbox.DefaultPublishTimeout,
+		StoreTimeout:     outbox.DefaultStoreTimeout,
 		Lease:            outbox.DefaultLease,
 		ProbeInterval:    outbox.DefaultProbeInterval,
 		MaxProbeInterval: outbox.DefaultMaxProbeInterval,

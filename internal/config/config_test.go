@@ -113,6 +113,7 @@ func TestLoadGoodFiles(t *testing.T) {
 			BackoffBase:      2 * time.Second,
 			BackoffCap:       10 * time.Minute,
 			PublishTimeout:   5 * time.Second,
+			StoreTimeout:     4 * time.Second,
 			Lease:            time.Minute,
 			ProbeInterval:    time.Second,
 			MaxProbeInterval: time.Minute,
@@ -556,7 +557,7 @@ func TestSettings(t *testing.T) {
 		}
 	}
 	for _, key := range []string{"db", "broker", "table", "batch_size", "poll_interval", "max_attempts",
-		"backoff_base", "backoff_cap", "publish_timeout", "lease", "notify", "delete_sent", "min_poll_interval", "max_in_flight", "ordering", "dead_policy",
+		"backoff_base", "backoff_cap", "publish_timeout", "store_timeout", "lease", "notify", "delete_sent", "min_poll_interval", "max_in_flight", "ordering", "dead_policy",
 		"max_payload", "log_level", "log_format", "relays", "db_max_conns", "http", "name", "stats_interval",
 		"trace_exporter", "trace_endpoint", "notify_trigger", "batch_lease", "async_commit", "held_claims"} {
 		require.Contains(t, byKey, key)

@@ -33,7 +33,7 @@ type field struct {
 }
 
 var fields = []field{
-	{Setting{Key: "db", Usage: "database `URL`: postgres://, sqlite://PATH or mysql://user:pass@host:3306/db"},
+	{Setting{Key: "db", Usage: "database `URL`: postgres://, sqlite://PATH or mysql://user:pass@host:3306/db (the daemon adds readTimeout=1m, writeTimeout=30s and timeout=10s to a mysql:// URL that names none)"},
 		func(c *Config) any { return &c.DB }},
 	{Setting{Key: "table", Usage: "the outbox table's `NAME` (name or schema.name; lower case on PostgreSQL)"},
 		func(c *Config) any { return &c.Table }},
@@ -59,6 +59,8 @@ var fields = []field{
 		func(c *Config) any { return &c.BackoffCap }},
 	{Setting{Key: "publish_timeout", Usage: "give one publish (and a graceful stop) at most `DURATION`"},
 		func(c *Config) any { return &c.PublishTimeout }},
+	{Setting{Key: "store_timeout", Usage: "give each database call of a relay (a claim, an acknowledgement) at most `DURATION`; one that runs out is logged as a warning and tried again"},
+		func(c *Config) any { return &c.StoreTimeout }},
 	{Setting{Key: "lease", Usage: "reserve claimed rows for `DURATION` (with held_claims: how long a claim's transaction may sit idle); at least twice the publish timeout"},
 		func(c *Config) any { return &c.Lease }},
 	{Setting{Key: "probe_interval", Usage: "pause `DURATION` when a destination is down as a whole, doubling while it stays down"},

@@ -325,6 +325,7 @@ func (c *Config) validateRelay(p *problems) {
 		{"poll_interval", c.PollInterval, c.PollInterval > 0},
 		{"backoff_base", c.BackoffBase, c.BackoffBase > 0},
 		{"publish_timeout", c.PublishTimeout, c.PublishTimeout > 0},
+		{"store_timeout", c.StoreTimeout, c.StoreTimeout > 0},
 		{"probe_interval", c.ProbeInterval, c.ProbeInterval > 0},
 	} {
 		if !d.ok {

@@ -116,7 +116,10 @@ func (d *Daemon) HTTPURL() string {
 // the relay loops until ctx is cancelled. Then each relay finishes the batch
 // in flight (publishing it within the publish timeout and acknowledging it)
 // and claims nothing new, the HTTP server stops, and Run flushes the traces,
-// closes what it opened and returns nil. It returns an error, closing what it
+// closes what it opened and returns nil. The relays are done at most the
+// publish timeout plus outbox.StopGrace after the cancel, whatever the
+// database does, and the database's connections get one more second to
+// close before their sockets are closed. It returns an error, closing what it
 // opened, when the database or a broker cannot be reached at the start, when
 // the table is one the relay cannot work on (an *outbox.TableError naming
 // every problem and its fix, see outbox.TableChecker), or when the HTTP
@@ -327,6 +330,7 @@ func (d *Daemon) relayOptions(i int, hooks []any) []outbox.RelayOption {
 		outbox.WithMaxAttempts(c.MaxAttempts),
 		outbox.WithBackoff(c.BackoffBase, c.BackoffCap),
 		outbox.WithPublishTimeout(c.PublishTimeout),
+		outbox.WithStoreTimeout(c.StoreTimeout),
 		outbox.WithLease(c.Lease),
 		outbox.WithProbeInterval(c.ProbeInterval, c.MaxProbeInterval),
 		outbox.WithDeleteSent(c.DeleteSent),

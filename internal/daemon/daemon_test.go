@@ -450,11 +450,7 @@ func TestReadinessFollowsBrokerOutage(t *testing.T) {
 	t.Parallel()
 	dsn, db, store := sqliteDB(t)
 	stream := newNATSStream(t)
-	u, err := url.Parse(stream.url)
-	require.NoError(t, err)
-	proxy := faultproxy.New(t, u.Host)
-	b := stream.broker("events")
-	b.URL = config.NewSecret("nats://" + proxy.Addr())
+	b, proxy := stream.proxiedBroker(t, "events")
 	cfg := baseConfig(dsn, b)
 	cfg.HTTP = "127.0.0.1:0"
 	cfg.ReadyzDetails = true // the checks below read the errors

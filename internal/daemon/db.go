@@ -4,9 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
+	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
@@ -73,6 +79,28 @@ func (db *DB) Close() {
 // daemon pointed at an unreachable address fails in seconds with the reason.
 const pingTimeout = 10 * time.Second
 
+const (
+	// poolPingTimeout bounds the check that pgxpool makes of a connection
+	// that sat idle before handing it out: without it, a connection to a
+	// database that stopped answering holds its ping for up to a minute
+	// after the caller gave up, and closing the pool waits for it.
+	poolPingTimeout = 2 * time.Second
+	// closeGrace is how long closing a pool waits for its connections to say
+	// goodbye to the database before it closes their sockets.
+	closeGrace = time.Second
+)
+
+// MySQL read, write and dial timeouts that the daemon adds to a mysql:// URL
+// that names none (go-sql-driver's readTimeout, writeTimeout and timeout), so
+// that no call hangs on a connection whose server stopped answering, even one
+// made without a deadline. A migration of a very large table may need a
+// longer readTimeout, or readTimeout=0 (none), in the URL of that run.
+const (
+	mysqlReadTimeout  = time.Minute
+	mysqlWriteTimeout = 30 * time.Second
+	mysqlDialTimeout  = pingTimeout
+)
+
 // dbOpener opens one kind of database. The URL's password must not reach the
 // returned error: callers scrub it anyway.
 type dbOpener func(ctx context.Context, dsn string, p DBParams) (*DB, error)
@@ -138,18 +166,89 @@ func openPostgres(ctx context.Context, dsn string, p DBParams) (*DB, error) {
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		pc.ConnConfig.ConnectTimeout = pingTimeout
 	}
+	pc.PingTimeout = poolPingTimeout
+	conns := &connSet{open: make(map[*trackedConn]struct{})}
+	pc.ConnConfig.DialFunc = conns.dialer(pc.ConnConfig.DialFunc)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, err
 	}
+	closePool := func() { conns.closeWithin(pool.Close, closeGrace) }
 	s, err := pgstore.New(pool, pgstore.WithTable(p.Table), pgstore.WithNotify(p.Notify),
 		pgstore.WithNotifyTrigger(p.NotifyTrigger), pgstore.WithBatchLease(p.BatchLease),
 		pgstore.WithAsyncCommit(p.AsyncCommit), pgstore.WithHeldClaims(p.HeldClaims))
 	if err != nil {
-		pool.Close()
+		closePool()
 		return nil, err
 	}
-	return &DB{Store: s, Scheme: "postgres", close: pool.Close}, nil
+	return &DB{Store: s, Scheme: "postgres", close: closePool}, nil
+}
+
+// connSet tracks the open sockets of a pgx pool (its LISTEN connections and
+// cancel requests included), so that closing the pool can end them when the
+// database does not answer: pgx gives each connection 15 s to say goodbye
+// and cancel its query, which a black-holed database would make the stop of
+// the daemon wait for.
+type connSet struct {
+	mu   sync.Mutex
+	open map[*trackedConn]struct{}
+}
+
+// dialer wraps dial (nil means pgx's default) so that its connections join s.
+func (s *connSet) dialer(dial pgconn.DialFunc) pgconn.DialFunc {
+	if dial == nil {
+		d := &net.Dialer{KeepAlive: 5 * time.Minute}
+		dial = d.DialContext
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		tc := &trackedConn{Conn: c, set: s}
+		s.mu.Lock()
+		s.open[tc] = struct{}{}
+		s.mu.Unlock()
+		return tc, nil
+	}
+}
+
+// closeWithin runs closePool, and if it has not returned after grace, closes
+// every socket still open so that it does.
+func (s *connSet) closeWithin(closePool func(), grace time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		closePool()
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	s.mu.Lock()
+	open := slices.Collect(maps.Keys(s.open))
+	s.mu.Unlock()
+	for _, c := range open {
+		_ = c.Close()
+	}
+	<-done
+}
+
+// trackedConn is a socket of a connSet; closing it leaves the set.
+type trackedConn struct {
+	net.Conn
+	set *connSet
+}
+
+// Close closes the socket and forgets it.
+func (c *trackedConn) Close() error {
+	c.set.mu.Lock()
+	delete(c.set.open, c)
+	c.set.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // sqlitePath is the file of a sqlite:// URL: what follows the scheme, so
@@ -177,7 +276,14 @@ func openSQLite(_ context.Context, dsn string, p DBParams) (*DB, error) {
 // openMySQL opens mysql://user:pass@host:3306/db?param=value through
 // mysqlstore.Open, which sets parseTime and a UTC session time zone and keeps
 // the other parameters (the go-sql-driver's DSN parameters).
+//
+// It adds the read, write and dial timeouts mysqlReadTimeout,
+// mysqlWriteTimeout and mysqlDialTimeout where the URL names none.
 func openMySQL(_ context.Context, dsn string, p DBParams) (*DB, error) {
+	dsn, err := withMySQLTimeouts(dsn)
+	if err != nil {
+		return nil, err
+	}
 	db, err := mysqlstore.Open(dsn)
 	if err != nil {
 		return nil, err
@@ -191,4 +297,22 @@ func openMySQL(_ context.Context, dsn string, p DBParams) (*DB, error) {
 		return nil, err
 	}
 	return &DB{Store: s, Scheme: "mysql", close: func() { db.Close() }}, nil
+}
+
+// withMySQLTimeouts returns the mysql:// URL dsn with the daemon's default
+// timeouts added for those it does not name.
+func withMySQLTimeouts(dsn string) (string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", errors.New("not a valid mysql:// URL") // url's error would quote the password
+	}
+	q := u.Query()
+	for key, d := range map[string]time.Duration{
+		"readTimeout": mysqlReadTimeout, "writeTimeout": mysqlWriteTimeout, "timeout": mysqlDialTimeout} {
+		if !q.Has(key) {
+			q.Set(key, d.String())
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/config"
+	"github.com/outboxkit/outbox/internal/faultproxy"
 	"github.com/outboxkit/outbox/internal/testsvc"
 	"github.com/outboxkit/outbox/store/sqlitestore"
 )
@@ -70,6 +72,18 @@ func newNATSStream(t *testing.T) *natsStream {
 func (s *natsStream) broker(name string) config.Broker {
 	prefix := s.prefix
 	return config.Broker{Name: name, URL: config.NewSecret(s.url), Stream: s.name, Prefix: &prefix}
+}
+
+// proxiedBroker returns the config of a broker on this stream that the
+// daemon reaches through a fault proxy, and the proxy.
+func (s *natsStream) proxiedBroker(t *testing.T, name string) (config.Broker, *faultproxy.Proxy) {
+	t.Helper()
+	u, err := url.Parse(s.url)
+	require.NoError(t, err)
+	proxy := faultproxy.New(t, u.Host)
+	b := s.broker(name)
+	b.URL = config.NewSecret("nats://" + proxy.Addr())
+	return b, proxy
 }
 
 // count returns how many messages the stream holds (0 before it exists).

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/sqlids"
 )
 
 // MaxErrorLength is the most bytes of an error or reason the Store keeps in
@@ -45,6 +46,16 @@ func (s *Store) Ack(ctx context.Context, p outbox.AckParams) (int, error) {
 		return 0, fmt.Errorf("mysqlstore: ack: %w", err)
 	}
 	return int(n), nil
+}
+
+// CountRows returns how many rows with these ids the table holds, whatever
+// their status; part of [outbox.RowCounter].
+func (s *Store) CountRows(ctx context.Context, rowIDs []int64) (int, error) {
+	n, err := sqlids.Count(ctx, s.db, s.table.quoted(), rowIDs, s.chunk)
+	if err != nil {
+		return 0, fmt.Errorf("mysqlstore: count rows: %w", err)
+	}
+	return n, nil
 }
 
 // ackSQL returns the statement that acknowledges ms (not empty), and its arguments.

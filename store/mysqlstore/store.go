@@ -27,6 +27,7 @@ var (
 	_ outbox.Migrator            = (*Store)(nil)
 	_ outbox.Pinger              = (*Store)(nil)
 	_ outbox.Admin               = (*Store)(nil)
+	_ outbox.RowCounter          = (*Store)(nil)
 	_ outbox.TxInserter[*sql.Tx] = (*Store)(nil)
 )
 

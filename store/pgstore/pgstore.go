@@ -31,6 +31,7 @@ var (
 	_ outbox.Migrator           = (*Store)(nil)
 	_ outbox.Pinger             = (*Store)(nil)
 	_ outbox.Notifier           = (*Store)(nil)
+	_ outbox.RowCounter         = (*Store)(nil)
 	_ outbox.TxInserter[pgx.Tx] = (*Store)(nil)
 )
 
@@ -75,6 +76,7 @@ type config struct {
 	batchLease    bool          // claims lease a batch with one row of a side table (batchlease.go)
 	heldClaims    bool          // claims hold their rows in a transaction until settled (held.go)
 	rescanEvery   time.Duration // claimCursor's; 0: rescanEvery (tests set it)
+	listenCheck   time.Duration // Listen checks its connection after this long without a notification
 }
 
 // Option configures a [Store].
@@ -112,6 +114,13 @@ func WithNotify(on bool) Option { return func(c *config) { c.notify = on } }
 // concurrent use across the Store's callers. Default: 0 (every transaction
 // that writes notifies).
 func WithNotifyInterval(d time.Duration) Option { return func(c *config) { c.notifyEvery = d } }
+
+// WithListenCheck sets how long [Store.Listen] waits for a notification
+// before it checks, within [ListenTimeout], that its connection still
+// answers; when it does not (the database or the network between stopped
+// answering), Listen returns an error and the relay polls while it starts
+// the listener again. It must be positive. Default: DefaultListenCheck (15 s).
+func WithListenCheck(d time.Duration) Option { return func(c *config) { c.listenCheck = d } }
 
 // WithNotifyTrigger makes [Store.Migrate] install a statement-level AFTER
 // INSERT trigger on the table that sends the same NOTIFY as [WithNotify], so
@@ -204,13 +213,16 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
 		panic("pgstore: New with a nil pool")
 	}
-	cfg := config{table: DefaultTable}
+	cfg := config{table: DefaultTable, listenCheck: DefaultListenCheck}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	parts, err := splitTable(cfg.table)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: new store: %w", err)
+	}
+	if cfg.listenCheck <= 0 {
+		return nil, fmt.Errorf("pgstore: new store: WithListenCheck: %v is not positive", cfg.listenCheck)
 	}
 	if cfg.heldClaims && cfg.batchLease {
 		return nil, errors.New("pgstore: new store: WithHeldClaims and WithBatchLease are two ways of claiming; choose one")

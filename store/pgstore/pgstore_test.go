@@ -549,21 +549,9 @@ func TestNotify(t *testing.T) {
 	s := newStore(t, pool, pgstore.WithNotify(true))
 	w := outbox.NewWriter(s)
 
-	wakes := make(chan struct{}, 16)
 	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- s.Listen(ctx, func() { wakes <- struct{}{} }) }()
-
-	receive := func(what string) {
-		t.Helper()
-		select {
-		case <-wakes:
-		case err := <-done:
-			t.Fatalf("Listen returned early: %v", err)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no wake-up %s", what)
-		}
-	}
+	l := startListen(ctx, s)
+	receive := func(what string) { t.Helper(); l.receive(t, what) }
 	receive("when Listen started")
 	for i := range 2 {
 		require.NoError(t, pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
@@ -583,10 +571,35 @@ func TestNotify(t *testing.T) {
 
 	cancel()
 	select {
-	case err := <-done:
+	case err := <-l.done:
 		require.NoError(t, err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("Listen did not return after cancel")
+	}
+}
+
+// listening is a Store.Listen running in the background: its wake-ups, and
+// its result once it returns.
+type listening struct {
+	wakes chan struct{}
+	done  chan error
+}
+
+func startListen(ctx context.Context, s *pgstore.Store) *listening {
+	l := &listening{wakes: make(chan struct{}, 16), done: make(chan error, 1)}
+	go func() { l.done <- s.Listen(ctx, func() { l.wakes <- struct{}{} }) }()
+	return l
+}
+
+// receive waits for a wake-up, failing t if Listen returns or none comes.
+func (l *listening) receive(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-l.wakes:
+	case err := <-l.done:
+		t.Fatalf("Listen returned early: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no wake-up %s", what)
 	}
 }
 

@@ -369,6 +369,16 @@ func (s *Store) Ack(ctx context.Context, p outbox.AckParams) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
+// CountRows returns how many rows with these ids the table holds, whatever
+// their status; part of [outbox.RowCounter].
+func (s *Store) CountRows(ctx context.Context, rowIDs []int64) (int, error) {
+	var n int
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+s.ident+" WHERE id = ANY($1)", rowIDs).Scan(&n); err != nil {
+		return 0, fmt.Errorf("pgstore: count rows: %w", err)
+	}
+	return n, nil
+}
+
 // retryArg is one row of a Reschedule or Kill, for sorting by id.
 type retryArg struct {
 	id      int64

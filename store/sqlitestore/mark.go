@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/sqlids"
 )
 
 // chunkRows is how many messages one Ack, Reschedule, Kill or INSERT
@@ -47,6 +48,16 @@ func (s *Store) Ack(ctx context.Context, p outbox.AckParams) (int, error) {
 		return 0, fmt.Errorf("sqlitestore: ack: %w", err)
 	}
 	return int(n), nil
+}
+
+// CountRows returns how many rows with these ids the table holds, whatever
+// their status; part of [outbox.RowCounter].
+func (s *Store) CountRows(ctx context.Context, rowIDs []int64) (int, error) {
+	n, err := sqlids.Count(ctx, s.db, s.table.quoted(), rowIDs, s.chunk)
+	if err != nil {
+		return 0, fmt.Errorf("sqlitestore: count rows: %w", err)
+	}
+	return n, nil
 }
 
 // Reschedule makes the messages due again at their Retry.At and records

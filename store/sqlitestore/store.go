@@ -22,6 +22,7 @@ var (
 	_ outbox.Store               = (*Store)(nil)
 	_ outbox.Migrator            = (*Store)(nil)
 	_ outbox.Pinger              = (*Store)(nil)
+	_ outbox.RowCounter          = (*Store)(nil)
 	_ outbox.TxInserter[*sql.Tx] = (*Store)(nil)
 )
 

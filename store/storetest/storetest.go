@@ -103,6 +103,7 @@ func Run(t *testing.T, h Harness) {
 		{"AckFencedByAttempt", s.ackFenced},
 		{"AckAfterTakeoverChangesNothing", s.ackAfterTakeover},
 		{"AckDelete", s.ackDelete},
+		{"RelayTellsDeletedRowsFromFenced", s.goneOrFenced},
 		{"EmptyCallsAreNoOps", s.emptyCalls},
 		{"Reschedule", s.reschedule},
 		{"RescheduleFencedByAttempt", s.rescheduleFenced},
