@@ -1,0 +1,101 @@
+package outbox
+
+import "time"
+
+// sizing is how a relay sizes its work from what its claims find and how
+// fast the database and the broker answer: how many rows the next claim
+// takes, how many batches may be at the broker at once, and how long to wait
+// before the next claim. It never leaves the bounds of the relay's options
+// ([WithBatchSizeRange], [WithMaxInFlightRange]); with bounds that are equal
+// ([WithBatchSize], [WithMaxInFlight]) the size is fixed.
+//
+//   - A claim that comes back full (a backlog) doubles the batch size, up to
+//     its maximum. Once the batch is at its maximum and every slot is busy
+//     (the broker is the bottleneck), one more batch may be in flight.
+//   - A claim that comes back short halves the batch size, but keeps it at
+//     least twice what the claim found, so that an ordered claim, short
+//     because the aggregates' next messages wait behind batches in flight,
+//     still gets all it could; at its minimum, one batch fewer may be in
+//     flight. An empty claim returns both to their minimum.
+//   - A claim slower than a quarter of the store timeout, or a batch whose
+//     claim, publish and acknowledgement took longer than a quarter of the
+//     publish timeout, halves the batch size: large batches must never make
+//     the database or the broker time out.
+//   - After a full claim the next claim follows at once; after a short one,
+//     after the minimum poll interval; after an empty one, after a wait that
+//     doubles with each empty claim up to the poll interval, so an idle relay
+//     costs one claim per poll interval.
+//
+// A sizing belongs to one Run loop and is not safe for concurrent use.
+type sizing struct {
+	minBatch, maxBatch       int
+	minInFlight, maxInFlight int
+	minPoll, poll            time.Duration
+	slowClaim, slowBatch     time.Duration
+
+	batch    int           // rows the next claim takes
+	inFlight int           // batches that may be in flight
+	delay    time.Duration // the wait after the next empty claim
+}
+
+func newSizing(c *relayConfig) *sizing {
+	return &sizing{
+		minBatch: c.minBatch, maxBatch: c.maxBatch,
+		minInFlight: c.minInFlight, maxInFlight: c.maxInFlight,
+		minPoll: min(c.minPollInterval, c.pollInterval), poll: c.pollInterval,
+		slowClaim: c.storeTimeout / 4, slowBatch: c.publishTimeout / 4,
+		batch: c.minBatch, inFlight: c.minInFlight,
+		delay: c.pollInterval, // start as an idle relay
+	}
+}
+
+// claimed records a claim of limit rows that found n in took; busy says
+// whether, with this batch dispatched, every slot is taken. It returns how
+// long to wait before the next claim.
+func (s *sizing) claimed(limit, n int, took time.Duration, busy bool) time.Duration {
+	switch {
+	case n == 0:
+		s.batch, s.inFlight = s.minBatch, s.minInFlight
+		wait := s.delay
+		s.delay = min(2*s.delay, s.poll)
+		return wait
+	case took > s.slowClaim:
+		s.shrink(0)
+	case n >= limit:
+		if s.batch < s.maxBatch {
+			s.batch = min(2*s.batch, s.maxBatch)
+		} else if busy {
+			s.inFlight = min(s.inFlight+1, s.maxInFlight)
+		}
+	default:
+		s.shrink(n)
+		if s.batch == s.minBatch {
+			s.inFlight = max(s.inFlight-1, s.minInFlight)
+		}
+	}
+	s.delay = s.minPoll
+	if n >= limit {
+		return 0
+	}
+	return s.minPoll
+}
+
+// settled records a batch that took d from its claim to its settling.
+func (s *sizing) settled(d time.Duration) {
+	if d > s.slowBatch {
+		s.shrink(0)
+	}
+}
+
+// shrink halves the batch size, keeping it at least 2 × found and within its bounds.
+func (s *sizing) shrink(found int) {
+	s.batch = max(s.batch/2, 2*found, s.minBatch)
+	s.batch = min(s.batch, s.maxBatch)
+}
+
+// reset makes the next claim one of the smallest, with the fewest batches in
+// flight, as after an empty claim, without changing the wait: the relay
+// probed a destination that was down, or a store call failed.
+func (s *sizing) reset() {
+	s.batch, s.inFlight = s.minBatch, s.minInFlight
+}
