@@ -215,11 +215,11 @@ func WithMaxInFlight(n int) RelayOption {
 
 // WithMaxInFlightRange lets the relay choose how many batches it may have at
 // the broker at once, between lo and hi (see [WithMaxInFlight] for what
-// batches in flight do): once its batches are at their largest and claims
-// still come back full while every slot is busy, the broker is the
-// bottleneck and it allows one batch more, up to hi; claims that come back
-// short at the smallest batch size allow one fewer, and an empty claim
-// returns it to lo. hi × the largest batch ([WithBatchSizeRange]) bounds
+// batches in flight do): when a claim had to wait for a batch in flight to
+// settle (the broker is the bottleneck) and either came back short (messages
+// trickling in waited) or came back full with batches at their largest (a
+// backlog), it allows one batch more, up to hi; an empty claim returns it
+// to lo. hi × the largest batch ([WithBatchSizeRange]) bounds
 // what a crash publishes again. lo = hi is [WithMaxInFlight]. Both must be
 // between 1 and 64, lo at most hi.
 // Default: DefaultMinInFlight (1) to DefaultMaxInFlight (4).

@@ -241,7 +241,8 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 			continue
 		}
 		// Wait for a free slot, taking in the batches that settled meanwhile.
-		if !p.collect(ctx, p.inFlight >= p.size.inFlight) {
+		waited := p.inFlight >= p.size.inFlight
+		if !p.collect(ctx, waited) {
 			return
 		}
 		if p.inFlight >= p.size.inFlight || p.down {
@@ -267,7 +268,7 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 			continue
 		}
 		p.dispatch(ctx, bctx, b)
-		wait := p.size.claimed(limit, b.ev.Claimed, b.claimed.Sub(b.start), p.inFlight >= p.size.inFlight)
+		wait := p.size.claimed(limit, b.ev.Claimed, b.claimed.Sub(b.start), waited)
 		if wait > 0 {
 			p.afterPartial(ctx, wait)
 		}

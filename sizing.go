@@ -10,13 +10,15 @@ import "time"
 // ([WithBatchSize], [WithMaxInFlight]) the size is fixed.
 //
 //   - A claim that comes back full (a backlog) doubles the batch size, up to
-//     its maximum. Once the batch is at its maximum and every slot is busy
-//     (the broker is the bottleneck), one more batch may be in flight.
+//     its maximum. Once the batch is at its maximum, a claim that had to
+//     wait for a free slot (the broker is the bottleneck) allows one more
+//     batch in flight.
 //   - A claim that comes back short halves the batch size, but keeps it at
 //     least twice what the claim found, so that an ordered claim, short
 //     because the aggregates' next messages wait behind batches in flight,
-//     still gets all it could; at its minimum, one batch fewer may be in
-//     flight. An empty claim returns both to their minimum.
+//     still gets all it could. If it had to wait for a free slot, messages
+//     trickling in waited for the broker: one more batch may be in flight.
+//   - An empty claim returns both to their minimum.
 //   - A claim slower than a quarter of the store timeout, or a batch whose
 //     claim, publish and acknowledgement took longer than a quarter of the
 //     publish timeout, halves the batch size: large batches must never make
@@ -49,10 +51,10 @@ func newSizing(c *relayConfig) *sizing {
 	}
 }
 
-// claimed records a claim of limit rows that found n in took; busy says
-// whether, with this batch dispatched, every slot is taken. It returns how
-// long to wait before the next claim.
-func (s *sizing) claimed(limit, n int, took time.Duration, busy bool) time.Duration {
+// claimed records a claim of limit rows that found n in took; waited says
+// whether the claim had to wait for a batch in flight to settle first. It
+// returns how long to wait before the next claim.
+func (s *sizing) claimed(limit, n int, took time.Duration, waited bool) time.Duration {
 	switch {
 	case n == 0:
 		s.batch, s.inFlight = s.minBatch, s.minInFlight
@@ -64,13 +66,13 @@ func (s *sizing) claimed(limit, n int, took time.Duration, busy bool) time.Durat
 	case n >= limit:
 		if s.batch < s.maxBatch {
 			s.batch = min(2*s.batch, s.maxBatch)
-		} else if busy {
+		} else if waited {
 			s.inFlight = min(s.inFlight+1, s.maxInFlight)
 		}
 	default:
 		s.shrink(n)
-		if s.batch == s.minBatch {
-			s.inFlight = max(s.inFlight-1, s.minInFlight)
+		if waited {
+			s.inFlight = min(s.inFlight+1, s.maxInFlight)
 		}
 	}
 	s.delay = s.minPoll

@@ -20,7 +20,8 @@ func testSizing(t *testing.T, opts ...RelayOption) *sizing {
 }
 
 // claim is one claim the tests feed a sizing: how many rows it found (-1:
-// all it asked for), how long it took, and whether every slot was busy.
+// all it asked for), how long it took, and whether it had to wait for a
+// free slot (every batch allowed in flight was at the broker).
 type claim struct {
 	found int
 	took  time.Duration
@@ -58,10 +59,10 @@ func TestSizing(t *testing.T) {
 				{1000, 2, 0}, {1000, 3, 0}, {600, 3, ms(2)}, {600, 3, ms(2)}, {300, 3, ms(2)}, {150, 3, ms(2)}, {75, 3, ms(2)}},
 		},
 		{
-			name:   "TrickleAtTheFloorDropsBatchesInFlight",
-			opts:   []RelayOption{WithBatchSizeRange(10, 40), WithMaxInFlightRange(1, 4)},
-			claims: []claim{full, full, fullBusy, fullBusy, fullBusy, {found: 2}, {found: 2}, {found: 2}, {found: 2}},
-			want:   []state{{20, 1, 0}, {40, 1, 0}, {40, 2, 0}, {40, 3, 0}, {40, 4, 0}, {20, 4, ms(2)}, {10, 3, ms(2)}, {10, 2, ms(2)}, {10, 1, ms(2)}},
+			name:   "TrickleThatWaitsForTheBrokerAddsBatchesInFlight",
+			opts:   []RelayOption{WithBatchSizeRange(10, 40), WithMaxInFlightRange(1, 3)},
+			claims: []claim{{found: 2}, {found: 2, busy: true}, {found: 2}, {found: 2, busy: true}, {found: 2, busy: true}, {found: 2}, {}},
+			want:   []state{{10, 1, ms(2)}, {10, 2, ms(2)}, {10, 2, ms(2)}, {10, 3, ms(2)}, {10, 3, ms(2)}, {10, 3, ms(2)}, {10, 1, ms(2)}},
 		},
 		{
 			name:   "EmptyClaimsReturnToTheMinimumAndBackOffToThePollInterval",
