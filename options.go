@@ -158,9 +158,9 @@ func WithBatchSize(n int) RelayOption { return func(c *relayConfig) { c.minBatch
 // a claim that comes back full doubles the next one, up to hi, so a backlog
 // drains in large batches; a claim that comes back short halves it (keeping
 // it at least twice what the claim found), down to lo, so a trickle goes out
-// in small batches; a claim that finds nothing returns it to lo. A claim
-// slower than a quarter of the store timeout, or a batch slower than a
-// quarter of the publish timeout, halves it too, so that large batches do not
+// in small batches; a claim that finds nothing halves it too. A claim
+// slower than half the store timeout, or a batch slower than half the
+// publish timeout, halves it as well, so that large batches do not
 // make the database or the broker time out. hi × the most batches in flight
 // ([WithMaxInFlightRange]) bounds what a crash publishes again. lo = hi is
 // [WithBatchSize]. Both must be between 1 and 100000, lo at most hi.
@@ -218,8 +218,8 @@ func WithMaxInFlight(n int) RelayOption {
 // batches in flight do): when a claim had to wait for a batch in flight to
 // settle (the broker is the bottleneck) and either came back short (messages
 // trickling in waited) or came back full with batches at their largest (a
-// backlog), it allows one batch more, up to hi; an empty claim returns it
-// to lo. hi × the largest batch ([WithBatchSizeRange]) bounds
+// backlog), it allows one batch more, up to hi; each empty claim allows
+// one fewer, down to lo. hi × the largest batch ([WithBatchSizeRange]) bounds
 // what a crash publishes again. lo = hi is [WithMaxInFlight]. Both must be
 // between 1 and 64, lo at most hi.
 // Default: DefaultMinInFlight (1) to DefaultMaxInFlight (4).

@@ -18,11 +18,14 @@ import "time"
 //     because the aggregates' next messages wait behind batches in flight,
 //     still gets all it could. If it had to wait for a free slot, messages
 //     trickling in waited for the broker: one more batch may be in flight.
-//   - An empty claim returns both to their minimum.
-//   - A claim slower than a quarter of the store timeout, or a batch whose
-//     claim, publish and acknowledgement took longer than a quarter of the
-//     publish timeout, halves the batch size: large batches must never make
-//     the database or the broker time out.
+//   - An empty claim halves the batch size and allows one batch fewer in
+//     flight, down to their minimums: an idle relay gets there in a few
+//     claims, while one empty claim in a stream of messages (common when
+//     the relay looks every few milliseconds) costs little.
+//   - A claim slower than half the store timeout, or a batch whose claim,
+//     publish and acknowledgement took longer than half the publish
+//     timeout, halves the batch size: large batches must never make the
+//     database or the broker time out.
 //   - After a full claim the next claim follows at once; after a short one,
 //     after the minimum poll interval; after an empty one, after a wait that
 //     doubles with each empty claim up to the poll interval, so an idle relay
@@ -45,7 +48,7 @@ func newSizing(c *relayConfig) *sizing {
 		minBatch: c.minBatch, maxBatch: c.maxBatch,
 		minInFlight: c.minInFlight, maxInFlight: c.maxInFlight,
 		minPoll: min(c.minPollInterval, c.pollInterval), poll: c.pollInterval,
-		slowClaim: c.storeTimeout / 4, slowBatch: c.publishTimeout / 4,
+		slowClaim: c.storeTimeout / 2, slowBatch: c.publishTimeout / 2,
 		batch: c.minBatch, inFlight: c.minInFlight,
 		delay: c.pollInterval, // start as an idle relay
 	}
@@ -57,7 +60,8 @@ func newSizing(c *relayConfig) *sizing {
 func (s *sizing) claimed(limit, n int, took time.Duration, waited bool) time.Duration {
 	switch {
 	case n == 0:
-		s.batch, s.inFlight = s.minBatch, s.minInFlight
+		s.shrink(0)
+		s.inFlight = max(s.inFlight-1, s.minInFlight)
 		wait := s.delay
 		s.delay = min(2*s.delay, s.poll)
 		return wait
@@ -96,7 +100,7 @@ func (s *sizing) shrink(found int) {
 }
 
 // reset makes the next claim one of the smallest, with the fewest batches in
-// flight, as after an empty claim, without changing the wait: the relay
+// flight, without changing the wait: the relay
 // probed a destination that was down, or a store call failed.
 func (s *sizing) reset() {
 	s.batch, s.inFlight = s.minBatch, s.minInFlight

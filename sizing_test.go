@@ -61,19 +61,23 @@ func TestSizing(t *testing.T) {
 		{
 			name:   "TrickleThatWaitsForTheBrokerAddsBatchesInFlight",
 			opts:   []RelayOption{WithBatchSizeRange(10, 40), WithMaxInFlightRange(1, 3)},
-			claims: []claim{{found: 2}, {found: 2, busy: true}, {found: 2}, {found: 2, busy: true}, {found: 2, busy: true}, {found: 2}, {}},
-			want:   []state{{10, 1, ms(2)}, {10, 2, ms(2)}, {10, 2, ms(2)}, {10, 3, ms(2)}, {10, 3, ms(2)}, {10, 3, ms(2)}, {10, 1, ms(2)}},
+			claims: []claim{{found: 2}, {found: 2, busy: true}, {found: 2}, {found: 2, busy: true}, {found: 2, busy: true}, {found: 2}, {}, {found: 2}},
+			want: []state{{10, 1, ms(2)}, {10, 2, ms(2)}, {10, 2, ms(2)}, {10, 3, ms(2)}, {10, 3, ms(2)}, {10, 3, ms(2)},
+				{10, 2, ms(2)}, {10, 2, ms(2)}},
 		},
 		{
-			name:   "EmptyClaimsReturnToTheMinimumAndBackOffToThePollInterval",
-			claims: []claim{full, full, fullBusy, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {found: 1}, {}},
-			want: []state{{20, 1, 0}, {40, 1, 0}, {80, 1, 0}, {10, 1, ms(2)}, {10, 1, ms(4)}, {10, 1, ms(8)},
+			name: "EmptyClaimsDecayToTheMinimumAndBackOffToThePollInterval",
+			opts: []RelayOption{WithBatchSizeRange(10, 80), WithMaxInFlightRange(1, 4)},
+			claims: []claim{full, full, full, fullBusy, fullBusy, fullBusy, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {},
+				{}, {found: 1}, {}},
+			want: []state{{20, 1, 0}, {40, 1, 0}, {80, 1, 0}, {80, 2, 0}, {80, 3, 0}, {80, 4, 0},
+				{40, 3, ms(2)}, {20, 2, ms(4)}, {10, 1, ms(8)},
 				{10, 1, ms(16)}, {10, 1, ms(32)}, {10, 1, ms(64)}, {10, 1, ms(128)}, {10, 1, ms(256)}, {10, 1, ms(512)},
 				{10, 1, ms(1000)}, {10, 1, ms(1000)}, {10, 1, ms(1000)}, {10, 1, ms(2)}, {10, 1, ms(2)}},
 		},
 		{
 			name:   "SlowClaimHalvesTheBatch",
-			claims: []claim{full, full, full, {found: -1, took: 1300 * time.Millisecond}, full},
+			claims: []claim{full, full, full, {found: -1, took: 2600 * time.Millisecond}, full},
 			want:   []state{{20, 1, 0}, {40, 1, 0}, {80, 1, 0}, {40, 1, 0}, {80, 1, 0}},
 		},
 		{
@@ -102,8 +106,8 @@ func TestSizing(t *testing.T) {
 	}
 }
 
-// TestSizingSlowBatchHalves: a batch slower than a quarter of the publish
-// timeout halves the next claim, down to the minimum.
+// TestSizingSlowBatchHalves: a batch slower than half the publish timeout
+// halves the next claim, down to the minimum.
 func TestSizingSlowBatchHalves(t *testing.T) {
 	t.Parallel()
 	s := testSizing(t, WithPublishTimeout(2*time.Second), WithBatchSizeRange(100, 800))
@@ -111,10 +115,10 @@ func TestSizingSlowBatchHalves(t *testing.T) {
 		s.claimed(s.batch, s.batch, 0, false)
 	}
 	require.Equal(t, 800, s.batch)
-	s.settled(400 * time.Millisecond) // not slow
+	s.settled(900 * time.Millisecond) // not slow
 	require.Equal(t, 800, s.batch)
 	for _, want := range []int{400, 200, 100, 100} {
-		s.settled(600 * time.Millisecond)
+		s.settled(1100 * time.Millisecond)
 		require.Equal(t, want, s.batch)
 	}
 }
