@@ -277,8 +277,8 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 
 // afterPartial waits for wait (the minimum poll interval) after a claim that
 // came back short of the batch size. Without ordering, a short claim means
-// the due backlog is empty, so the relay looks again after that wait. With ordering, it
-// usually means the rest of the backlog waits behind messages in flight (an
+// the due backlog is empty, so the relay looks again after that wait. With
+// ordering, it usually means the rest of the backlog waits behind messages in flight (an
 // aggregate's next message is claimable only once the previous one is
 // acknowledged), so the settling of one of this relay's batches is exactly
 // what frees more: the relay claims again as soon as a batch settles, and
@@ -439,8 +439,8 @@ func (p *pipeline) probeDestination(ctx, bctx context.Context) {
 }
 
 // Step runs one claim-publish-acknowledge cycle of up to the largest batch
-// size ([WithBatchSize], [WithBatchSizeRange]) and reports what it did. It is what Run repeats; tests and tools use it to
-// drive a relay by hand. A cancelled ctx stops the claim but not the
+// size ([WithBatchSize], [WithBatchSizeRange]) and reports what it did. It
+// is what Run repeats; tests and tools use it to drive a relay by hand. A cancelled ctx stops the claim but not the
 // publishing and acknowledging of rows already claimed, which must finish
 // within the publish timeout plus [StopGrace] after it.
 func (r *Relay) Step(ctx context.Context) (BatchEvent, error) {

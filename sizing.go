@@ -99,9 +99,10 @@ func (s *sizing) shrink(found int) {
 	s.batch = min(s.batch, s.maxBatch)
 }
 
-// reset makes the next claim one of the smallest, with the fewest batches in
-// flight, without changing the wait: the relay
-// probed a destination that was down, or a store call failed.
+// reset starts over after the relay probed a destination that was down, or
+// a store call failed: the next claim is one of the smallest, with the
+// fewest batches in flight, and an empty claim waits the minimum poll
+// interval first.
 func (s *sizing) reset() {
-	s.batch, s.inFlight = s.minBatch, s.minInFlight
+	s.batch, s.inFlight, s.delay = s.minBatch, s.minInFlight, s.minPoll
 }

@@ -160,3 +160,20 @@ func TestSizingStaysWithinBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestSizingReset: after a store error or a destination outage the relay
+// starts over: smallest batch, fewest in flight, and the shortest wait.
+func TestSizingReset(t *testing.T) {
+	t.Parallel()
+	s := testSizing(t)
+	for range 10 {
+		s.claimed(s.batch, s.batch, 0, true)
+	}
+	for range 5 {
+		s.claimed(s.batch, 0, 0, false)
+	}
+	require.Equal(t, 64*time.Millisecond, s.delay) // waits of 2, 4, 8, 16 and 32 ms so far
+	s.reset()
+	require.Equal(t, []int{DefaultMinBatchSize, DefaultMinInFlight}, []int{s.batch, s.inFlight})
+	require.Equal(t, DefaultMinPollInterval, s.claimed(s.batch, 0, 0, false))
+}
