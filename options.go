@@ -10,7 +10,12 @@ import (
 // Defaults of the relay's options. The daemon, the docs and the tests use these
 // same values.
 const (
-	DefaultBatchSize      = 100
+	// DefaultMinBatchSize and DefaultMaxBatchSize bound the batch size of a
+	// relay that sizes its batches itself (the default; see
+	// [WithBatchSizeRange]): small batches for a trickle, large ones while a
+	// backlog drains.
+	DefaultMinBatchSize   = 10
+	DefaultMaxBatchSize   = 1000
 	DefaultPollInterval   = time.Second
 	DefaultMaxAttempts    = 5
 	DefaultBackoffBase    = time.Second
@@ -27,10 +32,13 @@ const (
 	// DefaultMinPollInterval is how soon a relay that just found rows looks
 	// again (adaptive polling); each empty look doubles the wait, up to the
 	// poll interval.
-	DefaultMinPollInterval = 10 * time.Millisecond
-	// DefaultMaxInFlight is how many claimed batches a relay may have at the
-	// broker at once: 1, claim, publish and acknowledge one batch at a time.
-	DefaultMaxInFlight = 1
+	DefaultMinPollInterval = 2 * time.Millisecond
+	// DefaultMinInFlight and DefaultMaxInFlight bound how many claimed
+	// batches a relay may have at the broker at once (see
+	// [WithMaxInFlightRange]). With DefaultMaxBatchSize, at most 4,000
+	// messages per relay are in flight, and so published again after a crash.
+	DefaultMinInFlight = 1
+	DefaultMaxInFlight = 4
 	// DefaultStoreTimeout bounds each database call of the relay: a claim,
 	// and each acknowledgement, reschedule or kill of a batch.
 	DefaultStoreTimeout = 5 * time.Second
@@ -53,9 +61,11 @@ const (
 )
 
 type relayConfig struct {
-	batchSize        int
+	minBatch         int
+	maxBatch         int
 	pollInterval     time.Duration
 	minPollInterval  time.Duration
+	minInFlight      int
 	maxInFlight      int
 	maxAttempts      int
 	backoffBase      time.Duration
@@ -76,9 +86,11 @@ type relayConfig struct {
 
 func defaultRelayConfig() relayConfig {
 	return relayConfig{
-		batchSize:        DefaultBatchSize,
+		minBatch:         DefaultMinBatchSize,
+		maxBatch:         DefaultMaxBatchSize,
 		pollInterval:     DefaultPollInterval,
 		minPollInterval:  DefaultMinPollInterval,
+		minInFlight:      DefaultMinInFlight,
 		maxInFlight:      DefaultMaxInFlight,
 		maxAttempts:      DefaultMaxAttempts,
 		backoffBase:      DefaultBackoffBase,
@@ -100,10 +112,12 @@ func (c *relayConfig) validate() error {
 			errs = append(errs, fmt.Errorf(format, args...))
 		}
 	}
-	check(c.batchSize >= 1 && c.batchSize <= 100_000, "WithBatchSize: %d is not between 1 and 100000", c.batchSize)
+	check(c.minBatch >= 1 && c.minBatch <= c.maxBatch && c.maxBatch <= 100_000,
+		"WithBatchSize or WithBatchSizeRange: %s is not between 1 and 100000", span(c.minBatch, c.maxBatch))
 	check(c.pollInterval > 0, "WithPollInterval: %v is not positive", c.pollInterval)
 	check(c.minPollInterval >= time.Millisecond, "WithMinPollInterval: %v is less than 1ms", c.minPollInterval)
-	check(c.maxInFlight >= 1 && c.maxInFlight <= 64, "WithMaxInFlight: %d is not between 1 and 64", c.maxInFlight)
+	check(c.minInFlight >= 1 && c.minInFlight <= c.maxInFlight && c.maxInFlight <= 64,
+		"WithMaxInFlight or WithMaxInFlightRange: %s is not between 1 and 64", span(c.minInFlight, c.maxInFlight))
 	check(c.maxAttempts >= 1, "WithMaxAttempts: %d is less than 1", c.maxAttempts)
 	check(c.backoffBase > 0, "WithBackoff: base %v is not positive", c.backoffBase)
 	check(c.backoffCap >= c.backoffBase, "WithBackoff: cap %v is below base %v", c.backoffCap, c.backoffBase)
@@ -117,11 +131,43 @@ func (c *relayConfig) validate() error {
 	return errors.Join(errs...)
 }
 
+// span shows a range of sizes, or its one value when fixed.
+func span(lo, hi int) string {
+	if lo == hi {
+		return fmt.Sprint(lo)
+	}
+	return fmt.Sprintf("%d..%d", lo, hi)
+}
+
+// duplicatesBound is how many messages a relay with these options may have
+// claimed and not yet acknowledged at once: the largest batch times the most
+// batches in flight. It bounds what a crash of the relay publishes again
+// (at-least-once), and what the relay holds in memory.
+func (c *relayConfig) duplicatesBound() int { return c.maxBatch * c.maxInFlight }
+
 // RelayOption configures a [Relay].
 type RelayOption func(*relayConfig)
 
-// WithBatchSize sets how many rows one claim takes. Default: DefaultBatchSize (100).
-func WithBatchSize(n int) RelayOption { return func(c *relayConfig) { c.batchSize = n } }
+// WithBatchSize fixes how many rows one claim takes, at n, instead of
+// letting the relay size its batches (see [WithBatchSizeRange]). It must be
+// between 1 and 100000. Default: sized by the relay, between
+// DefaultMinBatchSize (10) and DefaultMaxBatchSize (1000).
+func WithBatchSize(n int) RelayOption { return func(c *relayConfig) { c.minBatch, c.maxBatch = n, n } }
+
+// WithBatchSizeRange lets the relay size its batches between lo and hi rows:
+// a claim that comes back full doubles the next one, up to hi, so a backlog
+// drains in large batches; a claim that comes back short halves it (keeping
+// it at least twice what the claim found), down to lo, so a trickle goes out
+// in small batches; a claim that finds nothing halves it too. A claim
+// slower than half the store timeout, or a batch slower than half the
+// publish timeout, halves it as well, so that large batches do not
+// make the database or the broker time out. hi × the most batches in flight
+// ([WithMaxInFlightRange]) bounds what a crash publishes again. lo = hi is
+// [WithBatchSize]. Both must be between 1 and 100000, lo at most hi.
+// Default: DefaultMinBatchSize (10) to DefaultMaxBatchSize (1000).
+func WithBatchSizeRange(lo, hi int) RelayOption {
+	return func(c *relayConfig) { c.minBatch, c.maxBatch = lo, hi }
+}
 
 // WithPollInterval sets how long an idle relay waits before it looks for new
 // rows again. A relay whose last claim came back full looks again at once;
@@ -144,7 +190,7 @@ func WithPollInterval(d time.Duration) RelayOption {
 // latency of about d under load without a busy loop, while an idle relay
 // settles at one claim per poll interval. It must be at least 1 ms; a value
 // above the poll interval acts as the poll interval.
-// Default: DefaultMinPollInterval (10 ms).
+// Default: DefaultMinPollInterval (2 ms).
 func WithMinPollInterval(d time.Duration) RelayOption {
 	return func(c *relayConfig) { c.minPollInterval = d }
 }
@@ -160,8 +206,26 @@ func WithMinPollInterval(d time.Duration) RelayOption {
 // with any n, because a claim never hands out a message whose predecessor is
 // still unacknowledged. It must be between 1 and 64. While the destination
 // is down the relay probes with one batch at a time whatever n is.
-// Default: DefaultMaxInFlight (1).
-func WithMaxInFlight(n int) RelayOption { return func(c *relayConfig) { c.maxInFlight = n } }
+// WithMaxInFlight fixes the number at n; [WithMaxInFlightRange] lets the
+// relay choose it. Default: chosen by the relay, between
+// DefaultMinInFlight (1) and DefaultMaxInFlight (4).
+func WithMaxInFlight(n int) RelayOption {
+	return func(c *relayConfig) { c.minInFlight, c.maxInFlight = n, n }
+}
+
+// WithMaxInFlightRange lets the relay choose how many batches it may have at
+// the broker at once, between lo and hi (see [WithMaxInFlight] for what
+// batches in flight do): when a claim had to wait for a batch in flight to
+// settle (the broker is the bottleneck) and either came back short (messages
+// trickling in waited) or came back full with batches at their largest (a
+// backlog), it allows one batch more, up to hi; each empty claim allows
+// one fewer, down to lo. hi × the largest batch ([WithBatchSizeRange]) bounds
+// what a crash publishes again. lo = hi is [WithMaxInFlight]. Both must be
+// between 1 and 64, lo at most hi.
+// Default: DefaultMinInFlight (1) to DefaultMaxInFlight (4).
+func WithMaxInFlightRange(lo, hi int) RelayOption {
+	return func(c *relayConfig) { c.minInFlight, c.maxInFlight = lo, hi }
+}
 
 // WithMaxAttempts sets how many delivery attempts a message gets before it is
 // marked dead. Attempts are counted when a row is claimed, so an attempt that

@@ -126,8 +126,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 
 	r.log.LogAttrs(ctx, slog.LevelInfo, "relay started",
-		slog.Int(attrBatchSize, r.cfg.batchSize), slog.Duration("poll_interval", r.cfg.pollInterval),
-		slog.Int("max_in_flight", r.cfg.maxInFlight))
+		slog.Int("min_batch_size", r.cfg.minBatch), slog.Int("max_batch_size", r.cfg.maxBatch),
+		slog.Int("min_in_flight", r.cfg.minInFlight), slog.Int("max_in_flight", r.cfg.maxInFlight),
+		slog.Int("max_unacknowledged", r.cfg.duplicatesBound()), slog.Duration("poll_interval", r.cfg.pollInterval))
 	defer r.log.Info("relay stopped")
 
 	bctx, release := r.batchContext(ctx)
@@ -197,8 +198,7 @@ type pipeline struct {
 	pauseNext bool          // while down: pause before the next probe
 	probe     time.Duration // the next pause while down
 	storeWait time.Duration // the next pause after a store error
-	delay     time.Duration // the next wait after an empty claim (adaptive polling)
-	minPoll   time.Duration // the wait after a claim that found rows
+	size      *sizing       // the next claim's size, the batches allowed in flight, the waits
 }
 
 // outcome is what settling a batch found.
@@ -214,8 +214,7 @@ func (r *Relay) newPipeline() *pipeline {
 		outcomes:  make(chan outcome, r.cfg.maxInFlight),
 		probe:     r.cfg.probeInterval,
 		storeWait: r.cfg.pollInterval,
-		delay:     r.cfg.pollInterval, // start as an idle relay
-		minPoll:   min(r.cfg.minPollInterval, r.cfg.pollInterval),
+		size:      newSizing(&r.cfg),
 	}
 }
 
@@ -242,10 +241,11 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 			continue
 		}
 		// Wait for a free slot, taking in the batches that settled meanwhile.
-		if !p.collect(ctx, p.inFlight >= r.cfg.maxInFlight) {
+		waited := p.inFlight >= p.size.inFlight
+		if !p.collect(ctx, waited) {
 			return
 		}
-		if p.inFlight >= r.cfg.maxInFlight || p.down {
+		if p.inFlight >= p.size.inFlight || p.down {
 			continue
 		}
 		// Every notification so far is answered by this claim.
@@ -253,32 +253,32 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 		case <-r.wake:
 		default:
 		}
-		b, err := r.claim(ctx, r.cfg.batchSize)
+		limit := p.size.batch
+		b, err := r.claim(ctx, limit)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
+			p.size.reset()
 			p.storeFailed(ctx, err)
 			continue
 		}
 		if b == nil { // nothing due
-			wait := p.delay
-			p.delay = min(2*p.delay, r.cfg.pollInterval)
-			p.idle(ctx, wait)
+			p.idle(ctx, p.size.claimed(limit, 0, 0, false))
 			continue
 		}
 		p.dispatch(ctx, bctx, b)
-		p.delay = p.minPoll
-		if b.ev.Claimed < r.cfg.batchSize {
-			p.afterPartial(ctx)
+		wait := p.size.claimed(limit, b.ev.Claimed, b.claimed.Sub(b.start), waited)
+		if wait > 0 {
+			p.afterPartial(ctx, wait)
 		}
 	}
 }
 
-// afterPartial waits after a claim that came back short of the batch size.
-// Without ordering, a short claim means the due backlog is empty, so the
-// relay looks again after the minimum poll interval. With ordering, it
-// usually means the rest of the backlog waits behind messages in flight (an
+// afterPartial waits for wait (the minimum poll interval) after a claim that
+// came back short of the batch size. Without ordering, a short claim means
+// the due backlog is empty, so the relay looks again after that wait. With
+// ordering, it usually means the rest of the backlog waits behind messages in flight (an
 // aggregate's next message is claimable only once the previous one is
 // acknowledged), so the settling of one of this relay's batches is exactly
 // what frees more: the relay claims again as soon as a batch settles, and
@@ -286,12 +286,12 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 // holds are freed without telling this one). This is not a busy loop: every
 // early claim follows an acknowledgement, and a claim that finds nothing
 // backs off as usual.
-func (p *pipeline) afterPartial(ctx context.Context) {
+func (p *pipeline) afterPartial(ctx context.Context, wait time.Duration) {
 	if p.r.cfg.ordered {
-		p.idle(ctx, p.minPoll)
+		p.idle(ctx, wait)
 		return
 	}
-	p.r.sleep(ctx, p.minPoll)
+	p.r.sleep(ctx, wait)
 }
 
 // idle waits for d, a notification or ctx. While batches are in flight it
@@ -362,6 +362,7 @@ func (p *pipeline) apply(ctx context.Context, o outcome) {
 		p.destinationDown(ctx, o.unavailable)
 	default:
 		p.storeWait = p.r.cfg.pollInterval
+		p.size.settled(o.ev.Duration)
 	}
 }
 
@@ -428,7 +429,8 @@ func (p *pipeline) probeDestination(ctx, bctx context.Context) {
 	case unavailable != nil:
 		p.pauseNext = true
 	case ev.Claimed > 0:
-		p.down, p.probe, p.storeWait, p.delay = false, r.cfg.probeInterval, r.cfg.pollInterval, p.minPoll
+		p.down, p.probe, p.storeWait = false, r.cfg.probeInterval, r.cfg.pollInterval
+		p.size.reset()
 		r.log.Info("destination available again")
 		r.destination(true, nil)
 	default: // nothing to send: wait like an idle relay, still down
@@ -436,15 +438,15 @@ func (p *pipeline) probeDestination(ctx, bctx context.Context) {
 	}
 }
 
-// Step runs one claim-publish-acknowledge cycle of up to the batch size and
-// reports what it did. It is what Run repeats; tests and tools use it to
-// drive a relay by hand. A cancelled ctx stops the claim but not the
+// Step runs one claim-publish-acknowledge cycle of up to the largest batch
+// size ([WithBatchSize], [WithBatchSizeRange]) and reports what it did. It
+// is what Run repeats; tests and tools use it to drive a relay by hand. A cancelled ctx stops the claim but not the
 // publishing and acknowledging of rows already claimed, which must finish
 // within the publish timeout plus [StopGrace] after it.
 func (r *Relay) Step(ctx context.Context) (BatchEvent, error) {
 	bctx, release := r.batchContext(ctx)
 	defer release()
-	ev, unavailable, err := r.step(ctx, bctx, r.cfg.batchSize)
+	ev, unavailable, err := r.step(ctx, bctx, r.cfg.maxBatch)
 	if err == nil && unavailable != nil {
 		err = unavailable
 	}
@@ -472,7 +474,8 @@ func (r *Relay) step(ctx, bctx context.Context, limit int) (ev BatchEvent, unava
 // batch is a claimed batch on its way through the relay.
 type batch struct {
 	ev       BatchEvent // Claimed so far
-	start    time.Time
+	start    time.Time  // when the claim began
+	claimed  time.Time  // when it returned
 	send     []*Message
 	dead     []Dead
 	deadErrs []error
@@ -510,10 +513,11 @@ func (r *Relay) claim(ctx context.Context, limit int) (*batch, error) {
 		return nil, nil
 	}
 	b := &batch{
-		ev:    BatchEvent{Claimed: claimed},
-		start: start,
-		send:  make([]*Message, 0, len(claim.Messages)),
-		held:  claim.Held,
+		ev:      BatchEvent{Claimed: claimed},
+		start:   start,
+		claimed: time.Now(),
+		send:    make([]*Message, 0, len(claim.Messages)),
+		held:    claim.Held,
 	}
 	for _, bad := range claim.Malformed {
 		b.kill(bad.Message, fmt.Errorf("malformed row: %w", bad.Err))

@@ -24,6 +24,7 @@ type clockStore struct {
 	pending []*outbox.Message
 	nextID  int64
 	claims  []claimAt
+	limits  []int // each claim's limit
 }
 
 type claimAt struct {
@@ -61,6 +62,7 @@ func (s *clockStore) Claim(_ context.Context, p outbox.ClaimParams) (*outbox.Cla
 	}
 	s.pending = s.pending[n:]
 	s.claims = append(s.claims, claimAt{at: time.Since(s.start), rows: n})
+	s.limits = append(s.limits, p.Limit)
 	return c, nil
 }
 
@@ -161,10 +163,11 @@ func TestRelayNotifyCutsTheWaitAndCoalesces(t *testing.T) {
 				r.Notify()
 			}
 		})
-		// One claim at the notification, then the adaptive back-off (10 ms, 20 ms, ...).
+		// One claim at the notification, then the adaptive back-off (2 ms, 4 ms, ...).
 		h := st.history()
 		require.GreaterOrEqual(t, len(h), 4)
-		require.Equal(t, []claimAt{{0, 0}, {ms(5000), 3}, {ms(5010), 0}, {ms(5020), 0}}, h[:4])
+		m := outbox.DefaultMinPollInterval
+		require.Equal(t, []claimAt{{0, 0}, {ms(5000), 3}, {ms(5000) + m, 0}, {ms(5000) + 2*m, 0}}, h[:4])
 		require.Equal(t, 3, pub.Count())
 	})
 }
@@ -196,6 +199,89 @@ func TestRelayOptionsAdaptive(t *testing.T) {
 				return
 			}
 			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// busyPublisher takes d of (fake) time for each batch and records the most
+// batches it had at once.
+type busyPublisher struct {
+	*outboxtest.Publisher
+	d         time.Duration
+	mu        sync.Mutex
+	now, most int
+}
+
+func (p *busyPublisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	p.mu.Lock()
+	p.now++
+	p.most = max(p.most, p.now)
+	p.mu.Unlock()
+	time.Sleep(p.d)
+	p.mu.Lock()
+	p.now--
+	p.mu.Unlock()
+	return p.Publisher.Publish(ctx, msgs)
+}
+
+// TestRelaySizesItself drains a backlog in fake time with the default
+// sizing and with fixed sizes: by default the claims double from the
+// smallest batch to the largest and more batches go to a slow broker at
+// once, never more than the bounds allow, and the relay returns to small
+// batches once the backlog is gone; fixed sizes never move.
+func TestRelaySizesItself(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name        string
+		opts        []outbox.RelayOption
+		wantLimits  []int // the first claims' limits
+		maxBatch    int
+		minInFlight int // the most batches at the broker at once is at least this
+		maxInFlight int // and at most this
+		lastLimit   int
+	}{
+		{
+			name:       "Defaults",
+			wantLimits: []int{10, 20, 40, 80, 160, 320, 640, 1000, 1000},
+			maxBatch:   outbox.DefaultMaxBatchSize, minInFlight: 2, maxInFlight: outbox.DefaultMaxInFlight,
+			lastLimit: outbox.DefaultMinBatchSize,
+		},
+		{
+			name:       "Bounds",
+			opts:       []outbox.RelayOption{outbox.WithBatchSizeRange(50, 300), outbox.WithMaxInFlightRange(1, 2)},
+			wantLimits: []int{50, 100, 200, 300, 300},
+			maxBatch:   300, minInFlight: 2, maxInFlight: 2, lastLimit: 50,
+		},
+		{
+			name:       "Fixed",
+			opts:       []outbox.RelayOption{outbox.WithBatchSize(100), outbox.WithMaxInFlight(1)},
+			wantLimits: []int{100, 100, 100},
+			maxBatch:   100, minInFlight: 1, maxInFlight: 1, lastLimit: 100,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				const rows = 20_000
+				st := newClockStore()
+				st.add(rows)
+				pub := &busyPublisher{Publisher: outboxtest.NewPublisher(), d: 20 * time.Millisecond}
+				r, err := outbox.NewRelay(st, pub, tc.opts...)
+				require.NoError(t, err)
+				runFor(t, r, time.Minute, nil)
+				require.Equal(t, rows, pub.Count())
+				st.mu.Lock()
+				limits := append([]int(nil), st.limits...)
+				st.mu.Unlock()
+				require.Equal(t, tc.wantLimits, limits[:len(tc.wantLimits)])
+				for _, l := range limits {
+					require.LessOrEqual(t, l, tc.maxBatch)
+				}
+				require.Equal(t, tc.lastLimit, limits[len(limits)-1], "idle again")
+				require.GreaterOrEqual(t, pub.most, tc.minInFlight)
+				require.LessOrEqual(t, pub.most, tc.maxInFlight)
+			})
 		})
 	}
 }

@@ -197,10 +197,11 @@ func BenchmarkDrain(b *testing.B) {
 		relays int
 		opts   []outbox.RelayOption
 	}{
-		{"defaults", 1, nil},
-		{"batch1000", 1, []outbox.RelayOption{outbox.WithBatchSize(1000)}},
-		{"batch1000_delete", 1, []outbox.RelayOption{outbox.WithBatchSize(1000), outbox.WithDeleteSent(true)}},
-		{"batch1000_2relays", 2, []outbox.RelayOption{outbox.WithBatchSize(1000)}},
+		{"defaults", 1, nil}, // sized by the relay: 10 to 1,000 rows, 1 to 4 in flight
+		{"batch100_inflight1", 1, []outbox.RelayOption{outbox.WithBatchSize(100), outbox.WithMaxInFlight(1)}},
+		{"batch1000", 1, []outbox.RelayOption{outbox.WithBatchSize(1000), outbox.WithMaxInFlight(1)}},
+		{"batch1000_delete", 1, []outbox.RelayOption{outbox.WithBatchSize(1000), outbox.WithMaxInFlight(1), outbox.WithDeleteSent(true)}},
+		{"batch1000_2relays", 2, []outbox.RelayOption{outbox.WithBatchSize(1000), outbox.WithMaxInFlight(1)}},
 		{"batch1000_inflight4", 1, []outbox.RelayOption{outbox.WithBatchSize(1000), outbox.WithMaxInFlight(4)}},
 		{"batch1000_inflight4_delete", 1, []outbox.RelayOption{outbox.WithBatchSize(1000), outbox.WithMaxInFlight(4),
 			outbox.WithDeleteSent(true)}},

@@ -33,7 +33,8 @@ func BenchmarkRelayDrain(b *testing.B) {
 		name string
 		cfg  benchcmd.Config
 	}{
-		{"defaults", benchcmd.Config{BatchSize: 100, MaxInFlight: 1}},
+		{"defaults", benchcmd.Config{BatchSize: 1000, MaxInFlight: 4, Adaptive: true}},
+		{"batch100_inflight1", benchcmd.Config{BatchSize: 100, MaxInFlight: 1}},
 		{"batch1000", benchcmd.Config{BatchSize: 1000, MaxInFlight: 1}},
 		{"batch1000_inflight4", benchcmd.Config{BatchSize: 1000, MaxInFlight: 4}},
 		{"batch1000_inflight4_async", benchcmd.Config{BatchSize: 1000, MaxInFlight: 4, AsyncCommit: true}},
@@ -106,9 +107,10 @@ func BenchmarkRelayVsReference(b *testing.B) {
 
 // BenchmarkRelayLatency offers 1,000 one-message transactions a second for
 // 10 s on PostgreSQL and measures each message's time from commit to the
-// JetStream acknowledgement: with the library's default relay settings and
-// with the fast ones, woken by LISTEN/NOTIFY, and with the fast ones and
-// adaptive polling alone (no NOTIFY, as on MySQL and SQLite).
+// JetStream acknowledgement: with the library's default relay settings (the
+// relay sizes itself) and with batch 100 and one batch in flight (the
+// defaults before), each woken by LISTEN/NOTIFY and by adaptive polling
+// alone (no NOTIFY, as on MySQL and SQLite), and with the fast ones.
 //
 //	go test -run '^$' -bench RelayLatency -benchtime 1x ./bench
 func BenchmarkRelayLatency(b *testing.B) {
@@ -116,7 +118,10 @@ func BenchmarkRelayLatency(b *testing.B) {
 		name string
 		cfg  benchcmd.Config
 	}{
-		{"defaults", benchcmd.Config{BatchSize: 100, MaxInFlight: 1}},
+		{"defaults", benchcmd.Config{BatchSize: 1000, MaxInFlight: 4, Adaptive: true}},
+		{"defaults_polling", benchcmd.Config{BatchSize: 1000, MaxInFlight: 4, Adaptive: true, NoNotify: true}},
+		{"batch100_inflight1", benchcmd.Config{BatchSize: 100, MaxInFlight: 1}},
+		{"batch100_inflight1_polling", benchcmd.Config{BatchSize: 100, MaxInFlight: 1, NoNotify: true}},
 		{"inflight4_lease_async", benchcmd.Config{BatchSize: 1000, MaxInFlight: 4, BatchLease: true, AsyncCommit: true}},
 		{"inflight4_lease_async_polling", benchcmd.Config{BatchSize: 1000, MaxInFlight: 4, BatchLease: true, AsyncCommit: true,
 			NoNotify: true}},

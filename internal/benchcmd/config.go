@@ -3,13 +3,15 @@ package benchcmd
 import (
 	"errors"
 	"fmt"
-	"github.com/outboxkit/outbox/internal/redact"
 	"io"
 	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/redact"
 )
 
 // The tests a run can do.
@@ -95,8 +97,17 @@ type Config struct {
 	// MaxInFlight is how many batches each relay may have at the broker at
 	// once (outbox.WithMaxInFlight). Default: DefaultMaxInFlight.
 	MaxInFlight int
+	// Adaptive lets each relay size its batches and its batches in flight
+	// itself (outbox.WithBatchSizeRange, outbox.WithMaxInFlightRange), with
+	// BatchSize and MaxInFlight as the upper bounds and the library's
+	// minimums as the lower ones: the library's default behaviour.
+	Adaptive bool
 	// PollInterval is the relay's idle poll interval. Default: DefaultPollInterval.
 	PollInterval time.Duration
+	// MinPollInterval is the relay's shortest wait between claims while
+	// messages trickle in (outbox.WithMinPollInterval). Zero means the
+	// library's default.
+	MinPollInterval time.Duration
 	// DeleteSent deletes published rows instead of marking them sent.
 	DeleteSent bool
 	// AsyncCommit commits the relay's statements without waiting for the
@@ -187,6 +198,9 @@ func (c Config) validate() error {
 	check(c.BatchSize >= 1 && c.BatchSize <= 100_000, "batch: %d is not between 1 and 100000", c.BatchSize)
 	check(c.MaxInFlight >= 1 && c.MaxInFlight <= 64, "in flight: %d is not between 1 and 64", c.MaxInFlight)
 	check(c.PollInterval > 0, "poll interval: %v is not positive", c.PollInterval)
+	check(c.MinPollInterval == 0 || c.MinPollInterval >= time.Millisecond, "min poll interval: %v is less than 1ms", c.MinPollInterval)
+	check(!c.Adaptive || c.BatchSize >= outbox.DefaultMinBatchSize,
+		"batch: %d is below the smallest batch of an adaptive relay (%d)", c.BatchSize, outbox.DefaultMinBatchSize)
 	check(!c.HeldClaims || !c.BatchLease, "held claims exclude batch leases (two ways of claiming; choose one)")
 	if c.Reference {
 		kind, _ := dbKind(c.DB)

@@ -57,6 +57,13 @@ func outboxRelays(cfg Config, newStore func() (outbox.Store, error), pub outbox.
 		outbox.WithPollInterval(cfg.PollInterval),
 		outbox.WithDeleteSent(cfg.DeleteSent),
 	}
+	if cfg.Adaptive {
+		opts = append(opts, outbox.WithBatchSizeRange(outbox.DefaultMinBatchSize, cfg.BatchSize),
+			outbox.WithMaxInFlightRange(outbox.DefaultMinInFlight, cfg.MaxInFlight))
+	}
+	if cfg.MinPollInterval > 0 {
+		opts = append(opts, outbox.WithMinPollInterval(cfg.MinPollInterval))
+	}
 	if cfg.Logger != nil {
 		opts = append(opts, outbox.WithLogger(cfg.Logger))
 	}

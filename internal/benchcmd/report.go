@@ -23,8 +23,12 @@ func writeReport(out io.Writer, rep *Report, asJSON bool) error {
 	var b strings.Builder
 	s := rep.Settings
 	fmt.Fprintf(&b, "outbox bench: %s -> %s\n", termsafe.String(rep.DB), termsafe.String(rep.Broker))
-	fmt.Fprintf(&b, "%s %s, %d CPUs. outbox relay: %s, batch %d, %d in flight, %s sent rows",
-		rep.GoVersion, rep.OS, rep.CPUs, plural(s.Relays, "relay"), s.BatchSize, s.MaxInFlight,
+	sizes := fmt.Sprintf("batch %d, %d in flight", s.BatchSize, s.MaxInFlight)
+	if s.Adaptive {
+		sizes = fmt.Sprintf("batch up to %d, up to %d in flight (adaptive)", s.BatchSize, s.MaxInFlight)
+	}
+	fmt.Fprintf(&b, "%s %s, %d CPUs. outbox relay: %s, %s, %s sent rows",
+		rep.GoVersion, rep.OS, rep.CPUs, plural(s.Relays, "relay"), sizes,
 		map[bool]string{false: "keep", true: "delete"}[s.DeleteSent])
 	switch {
 	case s.Notify && s.NotifyIntervalMs > 0:

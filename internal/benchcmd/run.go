@@ -54,6 +54,7 @@ type Settings struct {
 	Relays         int     `json:"relays"`
 	BatchSize      int     `json:"batch_size"`
 	MaxInFlight    int     `json:"max_in_flight"`
+	Adaptive       bool    `json:"adaptive,omitempty"` // BatchSize and MaxInFlight are upper bounds
 	PollIntervalMs float64 `json:"poll_interval_ms"`
 	DeleteSent     bool    `json:"delete_sent"`
 	AsyncCommit    bool    `json:"async_commit,omitempty"` // PostgreSQL only
@@ -131,7 +132,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	rep := &Report{
 		Started: time.Now().UTC(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH,
 		CPUs: runtime.NumCPU(), DB: db.desc, Broker: br.desc,
-		Settings: Settings{Relays: cfg.Relays, BatchSize: cfg.BatchSize, MaxInFlight: cfg.MaxInFlight,
+		Settings: Settings{Relays: cfg.Relays, BatchSize: cfg.BatchSize, MaxInFlight: cfg.MaxInFlight, Adaptive: cfg.Adaptive,
 			PollIntervalMs: float64(cfg.PollInterval) / float64(time.Millisecond), DeleteSent: cfg.DeleteSent,
 			AsyncCommit: cfg.AsyncCommit && db.kind == "postgres", Notify: !cfg.NoNotify && db.kind == "postgres",
 			BatchLease: cfg.BatchLease && db.kind == "postgres", HeldClaims: cfg.HeldClaims && db.kind == "postgres",

@@ -76,7 +76,7 @@ func TestHelpListsEverySetting(t *testing.T) {
 	}
 	require.Contains(t, r.stdout, "--config FILE")
 	require.Contains(t, r.stdout, "[$OUTBOX_CONFIG]")
-	require.Contains(t, r.stdout, fmt.Sprintf("(default: %d)", outbox.DefaultBatchSize))
+	require.Contains(t, r.stdout, fmt.Sprintf("(default: %d)", outbox.DefaultMaxBatchSize))
 	require.Contains(t, r.stdout, fmt.Sprintf("(default: %v)", outbox.DefaultPublishTimeout))
 
 	r = run(t.Context(), "--help")
@@ -302,7 +302,7 @@ func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
 
 	c, err := settingsOf(t)
 	require.NoError(t, err)
-	require.Equal(t, outbox.DefaultBatchSize, c.BatchSize, "default")
+	require.Equal(t, 0, c.BatchSize, "default: sized by the relay")
 
 	c, err = settingsOf(t, "--config", file)
 	require.NoError(t, err)

@@ -116,15 +116,26 @@ type Config struct {
 
 	// Relays is how many relay loops the process runs. Default: DefaultRelays.
 	Relays int `yaml:"relays"`
-	// BatchSize is how many rows one claim takes. Default: outbox.DefaultBatchSize.
+	// BatchSize, when above 0, fixes how many rows one claim takes
+	// (outbox.WithBatchSize). 0 lets each relay loop size its batches
+	// between MinBatchSize and MaxBatchSize (outbox.WithBatchSizeRange).
+	// Default: 0.
 	BatchSize int `yaml:"batch_size"`
+	// MinBatchSize and MaxBatchSize bound the batch size a relay loop
+	// chooses when BatchSize is 0. Default: outbox.DefaultMinBatchSize and
+	// outbox.DefaultMaxBatchSize.
+	MinBatchSize int `yaml:"min_batch_size"`
+	MaxBatchSize int `yaml:"max_batch_size"`
 	// PollInterval is how long an idle relay waits. Default: outbox.DefaultPollInterval.
 	PollInterval time.Duration `yaml:"poll_interval"`
 	// MinPollInterval is the shortest wait between claims while messages
 	// trickle in (adaptive polling). Default: outbox.DefaultMinPollInterval.
 	MinPollInterval time.Duration `yaml:"min_poll_interval"`
-	// MaxInFlight is how many claimed batches a relay loop may have at the
-	// broker at once (pipelining). Default: outbox.DefaultMaxInFlight.
+	// MinInFlight and MaxInFlight bound how many claimed batches a relay
+	// loop may have at the broker at once (pipelining); the loop chooses
+	// within them (outbox.WithMaxInFlightRange), and equal bounds fix the
+	// number. Default: outbox.DefaultMinInFlight and outbox.DefaultMaxInFlight.
+	MinInFlight int `yaml:"min_in_flight"`
 	MaxInFlight int `yaml:"max_in_flight"`
 	// MaxAttempts is how many attempts a message gets. Default: outbox.DefaultMaxAttempts.
 	MaxAttempts int `yaml:"max_attempts"`
@@ -341,9 +352,11 @@ func Default() *Config {
 	return &Config{
 		Table:            DefaultTable,
 		Relays:           DefaultRelays,
-		BatchSize:        outbox.DefaultBatchSize,
+		MinBatchSize:     outbox.DefaultMinBatchSize,
+		MaxBatchSize:     outbox.DefaultMaxBatchSize,
 		PollInterval:     outbox.DefaultPollInterval,
 		MinPollInterval:  outbox.DefaultMinPollInterval,
+		MinInFlight:      outbox.DefaultMinInFlight,
 		MaxInFlight:      outbox.DefaultMaxInFlight,
 		MaxAttempts:      outbox.DefaultMaxAttempts,
 		BackoffBase:      outbox.DefaultBackoffBase,
@@ -618,6 +631,15 @@ func keysByLine(doc *yaml.Node) *keyLines {
 	}
 	walk(doc, "")
 	return l
+}
+
+// BatchSizes returns the bounds of a relay loop's batch size: BatchSize
+// twice when it is set, else MinBatchSize and MaxBatchSize.
+func (c *Config) BatchSizes() (lo, hi int) {
+	if c.BatchSize > 0 {
+		return c.BatchSize, c.BatchSize
+	}
+	return c.MinBatchSize, c.MaxBatchSize
 }
 
 // PoolSize is the database pool's bound: DBMaxConns when set, else

@@ -36,7 +36,10 @@ func TestDefault(t *testing.T) {
 	t.Parallel()
 	c := Default()
 	require.Equal(t, DefaultTable, c.Table)
-	require.Equal(t, outbox.DefaultBatchSize, c.BatchSize)
+	require.Equal(t, 0, c.BatchSize, "sized by the relay")
+	require.Equal(t, outbox.DefaultMinBatchSize, c.MinBatchSize)
+	require.Equal(t, outbox.DefaultMaxBatchSize, c.MaxBatchSize)
+	require.Equal(t, outbox.DefaultMinInFlight, c.MinInFlight)
 	require.Equal(t, outbox.DefaultPollInterval, c.PollInterval)
 	require.Equal(t, outbox.DefaultMinPollInterval, c.MinPollInterval)
 	require.Equal(t, outbox.DefaultMaxInFlight, c.MaxInFlight)
@@ -106,8 +109,11 @@ func TestLoadGoodFiles(t *testing.T) {
 			DefaultRoute:     &Route{Broker: "events", Topic: "{{.AggregateType}}.{{.EventType}}"},
 			Relays:           3,
 			BatchSize:        250,
+			MinBatchSize:     outbox.DefaultMinBatchSize,
+			MaxBatchSize:     outbox.DefaultMaxBatchSize,
 			PollInterval:     500 * time.Millisecond,
 			MinPollInterval:  5 * time.Millisecond,
+			MinInFlight:      outbox.DefaultMinInFlight,
 			MaxInFlight:      4,
 			MaxAttempts:      8,
 			BackoffBase:      2 * time.Second,
@@ -241,7 +247,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		`routes[0].event_type: "ORDER_[" is not a valid pattern (* and ? wildcards, [a-z] classes)`,
 		`routes[0].unroutable: "sometimes" is not retry or dead`,
 		`relays: 0 is not between 1 and 256`,
-		`batch_size: 0 is not between 1 and 100000`,
+		`batch_size: -1 is not between 0 (sized by the relay) and 100000`,
 		`lease: 1s is shorter than twice publish_timeout (3s)`,
 		`dead_policy: "sometimes" is not block or skip`,
 		`log_format: "xml" is not text or json`,
@@ -386,7 +392,15 @@ func TestValidateCases(t *testing.T) {
 		{"TraceEndpointWithoutOTLP", func(c *Config) { c.TraceEndpoint = "http://x" }, `trace_endpoint: applies to trace_exporter otlp only, not "none"`},
 		{"OTLP", func(c *Config) { c.TraceExporter, c.TraceEndpoint = "otlp", "http://x:4318" }, ""},
 		{"MinPoll", func(c *Config) { c.MinPollInterval = 0 }, "min_poll_interval: 0s is less than 1ms"},
-		{"InFlight", func(c *Config) { c.MaxInFlight = 65 }, "max_in_flight: 65 is not between 1 and 64"},
+		{"InFlight", func(c *Config) { c.MaxInFlight = 65 }, "max_in_flight: 65 is not between min_in_flight (1) and 64"},
+		{"InFlightFixed", func(c *Config) { c.MinInFlight, c.MaxInFlight = 8, 8 }, ""},
+		{"InFlightBelowMin", func(c *Config) { c.MinInFlight, c.MaxInFlight = 3, 2 }, "max_in_flight: 2 is not between min_in_flight (3) and 64"},
+		{"MinInFlightZero", func(c *Config) { c.MinInFlight = 0 }, "min_in_flight: 0 is not between 1 and 64"},
+		{"BatchSizeFixed", func(c *Config) { c.BatchSize = 100 }, ""},
+		{"BatchSizeTooBig", func(c *Config) { c.BatchSize = 100_001 }, "batch_size: 100001 is not between 0 (sized by the relay) and 100000"},
+		{"MinBatchSizeZero", func(c *Config) { c.MinBatchSize = 0 }, "min_batch_size: 0 is not between 1 and 100000"},
+		{"MaxBatchSizeBelowMin", func(c *Config) { c.MinBatchSize, c.MaxBatchSize = 500, 400 },
+			"max_batch_size: 400 is not between min_batch_size (500) and 100000"},
 		{"TooManyRelays", func(c *Config) { c.Relays = 1000 }, "relays: 1000 is not between 1 and 256"},
 		// Addresses and URLs are checked whole here (exit 2), not when the daemon dials or listens (exit 1).
 		{"HTTPPortTooBig", func(c *Config) { c.HTTP = "127.0.0.1:99999" },
@@ -494,6 +508,8 @@ func TestPoolSize(t *testing.T) {
 		{"InFlightAlone", func(c *Config) { c.MaxInFlight = 4 }, ConnsPerRelay + SpareConns},
 		{"HeldClaims", func(c *Config) { c.HeldClaims, c.MaxInFlight = true, 4 }, 4 + SpareConns},
 		{"HeldClaimsRelays", func(c *Config) { c.HeldClaims, c.MaxInFlight, c.Relays = true, 4, 3 }, 3*4 + SpareConns},
+		{"HeldClaimsDefaults", func(c *Config) { c.HeldClaims = true }, outbox.DefaultMaxInFlight + SpareConns},
+		{"HeldClaimsAdaptive", func(c *Config) { c.HeldClaims, c.MinInFlight, c.MaxInFlight = true, 1, 6 }, 6 + SpareConns},
 		{"HeldClaimsOneInFlight", func(c *Config) { c.HeldClaims, c.MaxInFlight = true, 1 }, ConnsPerRelay + SpareConns},
 		{"HeldClaimsOrdered", func(c *Config) { c.HeldClaims, c.MaxInFlight, c.Ordering = true, 4, true }, ConnsPerRelay + SpareConns},
 		{"Explicit", func(c *Config) { c.HeldClaims, c.MaxInFlight, c.DBMaxConns = true, 8, 3 }, 3},
@@ -557,12 +573,13 @@ func TestSettings(t *testing.T) {
 		}
 	}
 	for _, key := range []string{"db", "broker", "table", "batch_size", "poll_interval", "max_attempts",
-		"backoff_base", "backoff_cap", "publish_timeout", "store_timeout", "lease", "notify", "delete_sent", "min_poll_interval", "max_in_flight", "ordering", "dead_policy",
+		"backoff_base", "backoff_cap", "publish_timeout", "store_timeout", "lease", "notify", "delete_sent", "min_poll_interval", "max_in_flight", "min_in_flight", "min_batch_size", "max_batch_size", "ordering", "dead_policy",
 		"max_payload", "log_level", "log_format", "relays", "db_max_conns", "http", "name", "stats_interval",
 		"trace_exporter", "trace_endpoint", "notify_trigger", "batch_lease", "async_commit", "held_claims"} {
 		require.Contains(t, byKey, key)
 	}
-	require.Equal(t, "100", byKey["batch_size"].Default)
+	require.Equal(t, "0", byKey["batch_size"].Default)
+	require.Equal(t, "1000", byKey["max_batch_size"].Default)
 	require.Equal(t, "1s", byKey["poll_interval"].Default)
 	require.True(t, byKey["delete_sent"].Bool)
 
@@ -696,6 +713,30 @@ func TestPermanentStatusYAML(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, c.Validate())
 			require.Equal(t, tc.want, c.Brokers[0].PermanentStatus)
+		})
+	}
+}
+
+// TestBatchSizes: batch_size fixes the batch size; 0 (the default) leaves it
+// to the relay between min_batch_size and max_batch_size.
+func TestBatchSizes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name           string
+		change         func(*Config)
+		wantLo, wantHi int
+	}{
+		{"Defaults", func(c *Config) {}, outbox.DefaultMinBatchSize, outbox.DefaultMaxBatchSize},
+		{"Range", func(c *Config) { c.MinBatchSize, c.MaxBatchSize = 50, 5000 }, 50, 5000},
+		{"Fixed", func(c *Config) { c.BatchSize = 100 }, 100, 100},
+		{"FixedWinsOverRange", func(c *Config) { c.BatchSize, c.MinBatchSize, c.MaxBatchSize = 200, 50, 5000 }, 200, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := Default()
+			tc.change(c)
+			lo, hi := c.BatchSizes()
+			require.Equal(t, []int{tc.wantLo, tc.wantHi}, []int{lo, hi})
 		})
 	}
 }

@@ -14,7 +14,7 @@ func ExampleParse() {
 db: postgres://outbox:hunter2@db.internal:5432/shop
 table: "orders; drop table orders"
 broker: nats://127.0.0.1:4222
-batch_size: 0
+batch_size: -1
 lease: 2s
 `))
 	if err != nil {
@@ -31,7 +31,7 @@ lease: 2s
 	// Output:
 	// db: postgres://outbox:REDACTED@db.internal:5432/shop
 	// table: "orders; drop table orders" is not a valid table name for postgres:// (name or schema.name, each part a lower-case letter or underscore, then up to 62 lower-case letters, digits or underscores)
-	// batch_size: 0 is not between 1 and 100000
+	// batch_size: -1 is not between 0 (sized by the relay) and 100000
 	// lease: 2s is shorter than twice publish_timeout (3s)
 	// line 1: batch_size: "lots" is not a whole number; line 2: unknown key "poll_intervall"
 }

@@ -305,14 +305,23 @@ func (c *Config) validateRelay(p *problems) {
 	if c.Relays < 1 || c.Relays > 256 {
 		p.add("relays", "%d is not between 1 and 256", c.Relays)
 	}
-	if c.BatchSize < 1 || c.BatchSize > 100_000 {
-		p.add("batch_size", "%d is not between 1 and 100000", c.BatchSize)
+	if c.BatchSize < 0 || c.BatchSize > 100_000 {
+		p.add("batch_size", "%d is not between 0 (sized by the relay) and 100000", c.BatchSize)
+	}
+	if c.MinBatchSize < 1 || c.MinBatchSize > 100_000 {
+		p.add("min_batch_size", "%d is not between 1 and 100000", c.MinBatchSize)
+	}
+	if c.MaxBatchSize < c.MinBatchSize || c.MaxBatchSize > 100_000 {
+		p.add("max_batch_size", "%d is not between min_batch_size (%d) and 100000", c.MaxBatchSize, c.MinBatchSize)
 	}
 	if c.MinPollInterval < time.Millisecond {
 		p.add("min_poll_interval", "%v is less than 1ms", c.MinPollInterval)
 	}
-	if c.MaxInFlight < 1 || c.MaxInFlight > 64 {
-		p.add("max_in_flight", "%d is not between 1 and 64", c.MaxInFlight)
+	if c.MinInFlight < 1 || c.MinInFlight > 64 {
+		p.add("min_in_flight", "%d is not between 1 and 64", c.MinInFlight)
+	}
+	if c.MaxInFlight < c.MinInFlight || c.MaxInFlight > 64 {
+		p.add("max_in_flight", "%d is not between min_in_flight (%d) and 64", c.MaxInFlight, c.MinInFlight)
 	}
 	if c.MaxAttempts < 1 {
 		p.add("max_attempts", "%d is less than 1", c.MaxAttempts)

@@ -322,11 +322,12 @@ func (d *Daemon) archiver(db *DB, m *metrics.Metrics) (*archiver, error) {
 // reports to hooks.
 func (d *Daemon) relayOptions(i int, hooks []any) []outbox.RelayOption {
 	c := d.cfg
+	minBatch, maxBatch := c.BatchSizes()
 	opts := []outbox.RelayOption{
-		outbox.WithBatchSize(c.BatchSize),
+		outbox.WithBatchSizeRange(minBatch, maxBatch),
 		outbox.WithPollInterval(c.PollInterval),
 		outbox.WithMinPollInterval(c.MinPollInterval),
-		outbox.WithMaxInFlight(c.MaxInFlight),
+		outbox.WithMaxInFlightRange(c.MinInFlight, c.MaxInFlight),
 		outbox.WithMaxAttempts(c.MaxAttempts),
 		outbox.WithBackoff(c.BackoffBase, c.BackoffCap),
 		outbox.WithPublishTimeout(c.PublishTimeout),

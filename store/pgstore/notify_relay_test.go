@@ -379,7 +379,10 @@ func TestNotifyBurstIsOneClaim(t *testing.T) {
 	}
 	st := &claimCounter{Store: s}
 	pub := &heldPublisher{Publisher: outboxtest.NewPublisher(), started: make(chan struct{}), released: make(chan struct{})}
-	r, err := outbox.NewRelay(st, pub, outbox.WithPollInterval(time.Hour))
+	// One batch at a time, large enough for the burst: the sizing would
+	// otherwise claim it in growing batches (10, 20, 20) and beside the first.
+	r, err := outbox.NewRelay(st, pub, outbox.WithPollInterval(time.Hour), outbox.WithBatchSize(100),
+		outbox.WithMaxInFlight(1))
 	require.NoError(t, err)
 	startRelay(t, r)
 
