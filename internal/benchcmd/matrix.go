@@ -194,6 +194,10 @@ type MatrixRow struct {
 	OrderedMedian   float64 `json:"ordered_median,omitempty"`
 	// Ratio is OrderedMedian / UnorderedMedian, when both were measured.
 	Ratio float64 `json:"ordered_unordered_ratio,omitempty"`
+	// RoundRatios are each round's ordered rate over its unordered rate:
+	// the two ran one after the other, so on a machine whose load changes
+	// these vary less than the rates do.
+	RoundRatios []float64 `json:"round_ratios,omitempty"`
 }
 
 // MatrixResult is a matrix run (Config.Matrix).
@@ -274,6 +278,13 @@ func (r *run) matrix(ctx context.Context) (*MatrixResult, error) {
 		row.UnorderedMedian, row.OrderedMedian = median(row.Unordered), median(row.Ordered)
 		if row.UnorderedMedian > 0 && row.OrderedMedian > 0 {
 			row.Ratio = row.OrderedMedian / row.UnorderedMedian
+		}
+		if len(row.Ordered) == len(row.Unordered) {
+			for i, off := range row.Unordered {
+				if off > 0 {
+					row.RoundRatios = append(row.RoundRatios, row.Ordered[i]/off)
+				}
+			}
 		}
 	}
 	return res, nil

@@ -133,6 +133,9 @@ func writeMatrix(b *strings.Builder, m *MatrixResult) {
 		if r.Ratio > 0 {
 			ratio = fmt.Sprintf("%.2f", r.Ratio)
 		}
+		if len(r.RoundRatios) > 1 {
+			ratio += fmt.Sprintf(" (rounds %.2f-%.2f)", slices.Min(r.RoundRatios), slices.Max(r.RoundRatios))
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", shape, r.BatchSize, r.MaxInFlight, r.Relays,
 			thousands(float64(r.Aggregates)), rate(r.Unordered, r.UnorderedMedian), rate(r.Ordered, r.OrderedMedian), ratio)
 	}
