@@ -32,8 +32,11 @@ import (
 
 // target is a database with a migrated outbox table and a way to preload it.
 type target struct {
-	store   outbox.Store
-	preload func(b *testing.B, n int)
+	store outbox.Store
+	// newStore returns another Store on the table: each relay gets its own,
+	// as each relay process has (a Store keeps where its next claim starts).
+	newStore func() (outbox.Store, error)
+	preload  func(b *testing.B, n int)
 }
 
 func payload(i int) []byte {
@@ -59,7 +62,7 @@ func postgresTarget(b *testing.B) target {
 		b.Fatal(err)
 	}
 	w := outbox.NewWriter[pgx.Tx](st)
-	return target{store: st, preload: func(b *testing.B, n int) {
+	return target{store: st, newStore: func() (outbox.Store, error) { return pgstore.New(pool) }, preload: func(b *testing.B, n int) {
 		ctx := context.Background()
 		for i := 0; i < n; i += 1000 {
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs(i, min(1000, n-i))...) })
@@ -87,7 +90,7 @@ func sqliteTarget(b *testing.B) target {
 		b.Fatal(err)
 	}
 	w := outbox.NewWriter[*sql.Tx](st)
-	return target{store: st, preload: func(b *testing.B, n int) {
+	return target{store: st, newStore: func() (outbox.Store, error) { return sqlitestore.New(db) }, preload: func(b *testing.B, n int) {
 		ctx := context.Background()
 		for i := 0; i < n; i += 1000 {
 			tx, err := db.BeginTx(ctx, nil)
@@ -142,7 +145,7 @@ func natsTarget(b *testing.B) (outbox.Publisher, func() uint64) {
 
 // drain runs relays over the preloaded backlog until the broker holds want
 // messages, and returns the time it took and the peak heap seen.
-func drain(b *testing.B, st outbox.Store, pub outbox.Publisher, relays int, want uint64, count func() uint64,
+func drain(b *testing.B, newStore func() (outbox.Store, error), pub outbox.Publisher, relays int, want uint64, count func() uint64,
 	opts ...outbox.RelayOption) (time.Duration, uint64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -167,6 +170,10 @@ func drain(b *testing.B, st outbox.Store, pub outbox.Publisher, relays int, want
 	errs := make(chan error, relays)
 	start := time.Now()
 	for range relays {
+		st, err := newStore()
+		if err != nil {
+			b.Fatal(err)
+		}
 		r, err := outbox.NewRelay(st, pub, opts...)
 		if err != nil {
 			b.Fatal(err)
@@ -220,7 +227,7 @@ func BenchmarkDrain(b *testing.B) {
 						tg.preload(b, rows)
 						runtime.GC()
 						b.StartTimer()
-						d, p := drain(b, tg.store, pub, sh.relays, uint64(rows), count, sh.opts...)
+						d, p := drain(b, tg.newStore, pub, sh.relays, uint64(rows), count, sh.opts...)
 						total += d
 						peak = max(peak, p)
 					}

@@ -122,7 +122,7 @@ func BenchmarkDrainMatrix(b *testing.B) {
 					pub := &confirmed{Publisher: s.pub}
 					runtime.GC()
 					b.StartTimer()
-					d, p := drain(b, tg.store, pub, 1, uint64(rows), pub.n.Load, opts...)
+					d, p := drain(b, tg.newStore, pub, 1, uint64(rows), pub.n.Load, opts...)
 					b.StopTimer()
 					total += d
 					peak = max(peak, p)
@@ -185,7 +185,7 @@ func mysqlTarget(b *testing.B) target {
 		b.Fatal(err)
 	}
 	w := outbox.NewWriter[*sql.Tx](st)
-	return target{store: st, preload: func(b *testing.B, n int) {
+	return target{store: st, newStore: func() (outbox.Store, error) { return mysqlstore.New(db) }, preload: func(b *testing.B, n int) {
 		for i := 0; i < n; i += 1000 {
 			tx, err := db.BeginTx(ctx, nil)
 			if err != nil {

@@ -178,7 +178,7 @@ func TestReferenceLoop(t *testing.T) {
 	t.Cleanup(br.close)
 	msgs := make([]*outbox.Message, 250)
 	for i := range msgs {
-		msgs[i] = message(i)
+		msgs[i] = message(i, DefaultAggregates)
 	}
 	msgs[0].Headers = map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 	require.NoError(t, db.write(t.Context(), msgs))
@@ -273,6 +273,13 @@ func TestConfigValidate(t *testing.T) {
 		{"HeldClaimsWithBatchLease", Config{HeldClaims: true, BatchLease: true}, []string{"held claims exclude batch leases"}},
 		{"Reference", Config{DB: "postgres://db/x", Reference: true, Tests: []string{"drain"}}, nil},
 		{"ReferenceNotPostgres", Config{Reference: true}, []string{"reference loop needs PostgreSQL"}},
+		{"Matrix", Config{Matrix: "ordering"}, nil},
+		{"MatrixWithDrain", Config{Matrix: "shapes", Tests: []string{"drain"}, Count: 3, Aggregates: 100}, nil},
+		{"BadMatrix", Config{Matrix: "colour=red"}, []string{`matrix: axis "colour" is unknown`}},
+		{"MatrixWithLatency", Config{Matrix: "shapes", Tests: []string{"drain", "latency"}}, []string{"matrix: it runs drain tests only"}},
+		{"MatrixWithReference", Config{DB: "postgres://db/x", Matrix: "shapes", Reference: true}, []string{"matrix: it runs the outbox relay only"}},
+		{"MatrixWithChart", Config{Matrix: "shapes", Chart: "x.svg"}, []string{"matrix: it has no latency test to chart"}},
+		{"BadAggregatesAndCount", Config{Aggregates: -1, Count: 101}, []string{"aggregates: -1", "count: 101"}},
 		{"ReferenceWithoutDrain", Config{DB: "postgres://db/x", Reference: true, Tests: []string{"latency"}},
 			[]string{"reference: it runs in the drain test, which is not run"}},
 	}
@@ -323,7 +330,7 @@ func TestTextbookRelay(t *testing.T) {
 	t.Cleanup(br.close)
 	msgs := make([]*outbox.Message, 150)
 	for i := range msgs {
-		msgs[i] = message(i)
+		msgs[i] = message(i, DefaultAggregates)
 	}
 	require.NoError(t, db.write(t.Context(), msgs))
 	pub, err := br.publisher()

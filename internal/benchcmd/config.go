@@ -41,6 +41,11 @@ const (
 	// DefaultPollInterval is the relay's poll interval in the bench; with
 	// notifications (PostgreSQL) or adaptive polling it is only the idle rate.
 	DefaultPollInterval = time.Second
+	// DefaultAggregates is how many aggregates the messages of a test are
+	// spread over, round-robin (message i belongs to aggregate i mod N).
+	DefaultAggregates = 10_000
+	// DefaultCount is how many times a matrix runs each of its cells.
+	DefaultCount = 1
 )
 
 // Config says what a run measures, where, and with which relay settings.
@@ -56,7 +61,8 @@ type Config struct {
 	// deletes it at the end.
 	Broker string
 
-	// Tests are the tests to run, in order: TestDrain, TestLatency. Empty means both.
+	// Tests are the tests to run, in order: TestDrain, TestLatency. Empty
+	// means both, or the drain test alone with Matrix.
 	Tests []string
 	// Rows is how many rows the drain test preloads. Default: DefaultRows.
 	Rows int
@@ -108,6 +114,31 @@ type Config struct {
 	// messages trickle in (outbox.WithMinPollInterval). Zero means the
 	// library's default.
 	MinPollInterval time.Duration
+	// Ordering turns on per-aggregate ordering (outbox.WithOrdering with
+	// outbox.DeadBlocks) in the outbox relay. Default: off.
+	Ordering bool
+	// Aggregates is how many aggregates the messages are spread over,
+	// round-robin, as concurrent business transactions would write them.
+	// With ordering on, an aggregate has at most one message in flight, so
+	// fewer aggregates than a claim's batch size cap what a claim can take.
+	// Default: DefaultAggregates.
+	Aggregates int
+
+	// Matrix, when set, makes the run a matrix of drain tests instead of
+	// the drain and latency tests: a preset (MatrixOrdering, MatrixShapes)
+	// or axes such as "batch=100,1000 relays=1,3 ordering=off,on" (see
+	// ParseMatrix). Each cell drains Rows rows with the outbox relay; the
+	// cells run one after another, Count times over (round after round, so
+	// that a machine's changing load spreads over every cell), and the
+	// report gives each cell's median and, where both were measured, the
+	// ordered drain's rate over the unordered one's.
+	Matrix string
+	// Count is how many rounds a matrix runs. Default: DefaultCount.
+	Count int
+	// librarySizing passes no batch size and no batches in flight to the
+	// relay, so that it runs with the library's defaults (a matrix's
+	// ShapeDefaults); BatchSize and MaxInFlight then only describe them.
+	librarySizing bool
 	// DeleteSent deletes published rows instead of marking them sent.
 	DeleteSent bool
 	// AsyncCommit commits the relay's statements without waiting for the
@@ -142,7 +173,11 @@ type Config struct {
 
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
-	if len(c.Tests) == 0 {
+	switch {
+	case len(c.Tests) > 0:
+	case c.Matrix != "":
+		c.Tests = []string{TestDrain} // a matrix is made of drain tests
+	default:
 		c.Tests = []string{TestDrain, TestLatency}
 	}
 	set := func(v *int, d int) {
@@ -160,6 +195,8 @@ func (c Config) withDefaults() Config {
 	set(&c.Relays, DefaultRelays)
 	set(&c.BatchSize, DefaultBatchSize)
 	set(&c.MaxInFlight, DefaultMaxInFlight)
+	set(&c.Aggregates, DefaultAggregates)
+	set(&c.Count, DefaultCount)
 	if c.Duration == 0 {
 		c.Duration = DefaultDuration
 	}
@@ -202,6 +239,15 @@ func (c Config) validate() error {
 	check(!c.Adaptive || c.BatchSize >= outbox.DefaultMinBatchSize,
 		"batch: %d is below the smallest batch of an adaptive relay (%d)", c.BatchSize, outbox.DefaultMinBatchSize)
 	check(!c.HeldClaims || !c.BatchLease, "held claims exclude batch leases (two ways of claiming; choose one)")
+	check(c.Aggregates >= 1 && c.Aggregates <= 100_000_000, "aggregates: %d is not between 1 and 100000000", c.Aggregates)
+	check(c.Count >= 1 && c.Count <= 100, "count: %d is not between 1 and 100", c.Count)
+	if c.Matrix != "" {
+		_, err := ParseMatrix(c.Matrix)
+		check(err == nil, "matrix: %v", err)
+		check(!slices.Contains(c.Tests, TestLatency), "matrix: it runs drain tests only, not the %s test", TestLatency)
+		check(!c.Reference, "matrix: it runs the outbox relay only, not the reference loop")
+		check(c.Chart == "", "matrix: it has no latency test to chart")
+	}
 	if c.Reference {
 		kind, _ := dbKind(c.DB)
 		check(kind == "postgres", "reference: the reference loop needs PostgreSQL (DELETE … RETURNING with SKIP LOCKED)")

@@ -52,10 +52,12 @@ func (r *recording) Publish(ctx context.Context, msgs []*outbox.Message) []error
 // with a store from newStore.
 func outboxRelays(cfg Config, newStore func() (outbox.Store, error), pub outbox.Publisher) ([]runner, error) {
 	opts := []outbox.RelayOption{
-		outbox.WithBatchSize(cfg.BatchSize),
-		outbox.WithMaxInFlight(cfg.MaxInFlight),
 		outbox.WithPollInterval(cfg.PollInterval),
 		outbox.WithDeleteSent(cfg.DeleteSent),
+		outbox.WithOrdering(cfg.Ordering, outbox.DeadBlocks),
+	}
+	if !cfg.librarySizing {
+		opts = append(opts, outbox.WithBatchSize(cfg.BatchSize), outbox.WithMaxInFlight(cfg.MaxInFlight))
 	}
 	if cfg.Adaptive {
 		opts = append(opts, outbox.WithBatchSizeRange(outbox.DefaultMinBatchSize, cfg.BatchSize),

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -27,9 +28,14 @@ func writeReport(out io.Writer, rep *Report, asJSON bool) error {
 	if s.Adaptive {
 		sizes = fmt.Sprintf("batch up to %d, up to %d in flight (adaptive)", s.BatchSize, s.MaxInFlight)
 	}
-	fmt.Fprintf(&b, "%s %s, %d CPUs. outbox relay: %s, %s, %s sent rows",
-		rep.GoVersion, rep.OS, rep.CPUs, plural(s.Relays, "relay"), sizes,
-		map[bool]string{false: "keep", true: "delete"}[s.DeleteSent])
+	if rep.Matrix != nil {
+		fmt.Fprintf(&b, "%s %s, %d CPUs. outbox relay: settings by shape below, %s sent rows",
+			rep.GoVersion, rep.OS, rep.CPUs, map[bool]string{false: "keep", true: "delete"}[s.DeleteSent])
+	} else {
+		fmt.Fprintf(&b, "%s %s, %d CPUs. outbox relay: %s, %s, %s sent rows, ordering %s, %s aggregates",
+			rep.GoVersion, rep.OS, rep.CPUs, plural(s.Relays, "relay"), sizes,
+			map[bool]string{false: "keep", true: "delete"}[s.DeleteSent], onOff(s.Ordering), thousands(float64(s.Aggregates)))
+	}
 	switch {
 	case s.Notify && s.NotifyIntervalMs > 0:
 		fmt.Fprintf(&b, ", LISTEN/NOTIFY (a write notifies at most every %gms)", s.NotifyIntervalMs)
@@ -47,6 +53,9 @@ func writeReport(out io.Writer, rep *Report, asJSON bool) error {
 	}
 	b.WriteString("\n")
 
+	if rep.Matrix != nil {
+		writeMatrix(&b, rep.Matrix)
+	}
 	if len(rep.Drain) > 0 {
 		b.WriteString("\nDrain: a preloaded backlog published (the clock stops at the last broker acknowledgement)\n")
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -99,6 +108,45 @@ func writeReport(out io.Writer, rep *Report, asJSON bool) error {
 	_, err := io.WriteString(out, b.String())
 	return err
 }
+
+// writeMatrix writes a matrix's table: a row per shape, its unordered and
+// ordered drain rates and their ratio.
+func writeMatrix(b *strings.Builder, m *MatrixResult) {
+	rounds := "once"
+	if m.Rounds > 1 {
+		rounds = fmt.Sprintf("%d times, round after round; medians (lowest-highest)", m.Rounds)
+	}
+	fmt.Fprintf(b, "\nMatrix %q: each shape drains %s rows, ordering off then on, %s; msgs/s\n",
+		m.Spec, thousands(float64(m.Rows)), rounds)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "shape\tbatch\tin flight\trelays\taggregates\tunordered\tordered\tordered/unordered\t")
+	rate := func(runs []float64, med float64) string {
+		switch {
+		case len(runs) == 0:
+			return "-"
+		case len(runs) == 1:
+			return thousands(med)
+		}
+		return fmt.Sprintf("%s (%s-%s)", thousands(med), thousands(slices.Min(runs)), thousands(slices.Max(runs)))
+	}
+	for _, r := range m.Shapes {
+		shape, ratio := r.Shape, "-"
+		if shape == "" {
+			shape = "-"
+		}
+		if r.Ratio > 0 {
+			ratio = fmt.Sprintf("%.2f", r.Ratio)
+		}
+		if len(r.RoundRatios) > 1 {
+			ratio += fmt.Sprintf(" (rounds %.2f-%.2f)", slices.Min(r.RoundRatios), slices.Max(r.RoundRatios))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", shape, r.BatchSize, r.MaxInFlight, r.Relays,
+			thousands(float64(r.Aggregates)), rate(r.Unordered, r.UnorderedMedian), rate(r.Ordered, r.OrderedMedian), ratio)
+	}
+	tw.Flush()
+}
+
+func onOff(on bool) string { return map[bool]string{false: "off", true: "on"}[on] }
 
 // thousands formats v rounded to an integer with thousands separators.
 func thousands(v float64) string {

@@ -47,6 +47,8 @@ type Report struct {
 	ReferenceRatio float64 `json:"reference_ratio,omitempty"`
 	// LatencyRatio is the textbook relay's p99 latency divided by the outbox relay's.
 	LatencyRatio float64 `json:"latency_p99_ratio,omitempty"`
+	// Matrix is a matrix run's drains (Config.Matrix); the tests above are then not run.
+	Matrix *MatrixResult `json:"matrix,omitempty"`
 }
 
 // Settings are the outbox relay's settings in a run.
@@ -64,6 +66,8 @@ type Settings struct {
 	BatchLease       bool    `json:"batch_lease,omitempty"` // PostgreSQL only
 	HeldClaims       bool    `json:"held_claims,omitempty"` // PostgreSQL only
 	Writers          int     `json:"writers"`               // the latency test's concurrent write transactions
+	Ordering         bool    `json:"ordering"`
+	Aggregates       int     `json:"aggregates"` // the messages are spread over this many, round-robin
 }
 
 // DrainResult is one relay's drain test: a preloaded backlog published.
@@ -117,12 +121,16 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	defer os.RemoveAll(dir)
 	name := "outbox_bench_" + randomHex(4)
 
-	db, err := openDatabase(ctx, cfg, dir, name)
+	sizing := cfg
+	if cfg.Matrix != "" {
+		sizing = matrixSizing(cfg)
+	}
+	db, err := openDatabase(ctx, sizing, dir, name)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	defer db.close()
-	br, err := openBroker(ctx, cfg.Broker, dir, name, max(4096, 2*cfg.Relays*cfg.MaxInFlight*cfg.BatchSize))
+	br, err := openBroker(ctx, cfg.Broker, dir, name, max(4096, 2*sizing.Relays*sizing.MaxInFlight*sizing.BatchSize))
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -136,10 +144,19 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			PollIntervalMs: float64(cfg.PollInterval) / float64(time.Millisecond), DeleteSent: cfg.DeleteSent,
 			AsyncCommit: cfg.AsyncCommit && db.kind == "postgres", Notify: !cfg.NoNotify && db.kind == "postgres",
 			BatchLease: cfg.BatchLease && db.kind == "postgres", HeldClaims: cfg.HeldClaims && db.kind == "postgres",
-			Writers: cfg.Writers},
+			Writers: cfg.Writers, Ordering: cfg.Ordering, Aggregates: cfg.Aggregates},
 	}
 	if rep.Settings.Notify {
 		rep.Settings.NotifyIntervalMs = float64(max(cfg.NotifyInterval, 0)) / float64(time.Millisecond)
+	}
+	if cfg.Matrix != "" {
+		if rep.Matrix, err = r.matrix(ctx); err != nil {
+			return nil, fmt.Errorf("bench: matrix: %w", err)
+		}
+		if err := writeReport(out, rep, cfg.JSON); err != nil {
+			return nil, fmt.Errorf("bench: write report: %w", err)
+		}
+		return rep, nil
 	}
 	relays := []string{relayOutbox}
 	if !cfg.SkipBaseline {
@@ -197,6 +214,7 @@ type run struct {
 	db   *database
 	br   *broker
 	prog *progress
+	name string // the drain's name on the progress bar; "" means the relay's
 }
 
 // reset empties the table and the stream before a test.
@@ -253,11 +271,12 @@ func start(ctx context.Context, runners []runner) (stop func() error) {
 	}
 }
 
-// message returns the i-th message of a test: the shape of a typical event.
-func message(i int) *outbox.Message {
+// message returns the i-th message of a test, of aggregate i mod aggs: the
+// shape of a typical event.
+func message(i, aggs int) *outbox.Message {
 	return &outbox.Message{
 		AggregateType: "order",
-		AggregateID:   fmt.Sprintf("o-%d", i%10_000),
+		AggregateID:   fmt.Sprintf("o-%d", i%aggs),
 		EventType:     "ORDER_PAID",
 		Payload: fmt.Appendf(nil, `{"order_id":"o-%d","amount_cents":%d,"currency":"EUR","customer":"c-%d"}`,
 			i, 1000+i%900, i%5000),
@@ -286,7 +305,11 @@ func (r *run) drain(ctx context.Context, relay string) (*DrainResult, error) {
 	runtime.GC()
 	m := startMeter()
 	begin := time.Now()
-	stopBar := r.prog.show("drain "+relay, func() (float64, string) {
+	label := "drain " + relay
+	if r.name != "" {
+		label = r.name
+	}
+	stopBar := r.prog.show(label, func() (float64, string) {
 		n := rec.confirmed.Load()
 		el := time.Since(begin).Seconds()
 		return float64(n) / float64(rows), fmt.Sprintf("%d/%d  %s msgs/s", n, rows, thousands(float64(n)/max(el, 1e-9)))
@@ -358,7 +381,7 @@ func (r *run) preload(ctx context.Context, rows int) error {
 		n := min(chunk, rows-i)
 		msgs := make([]*outbox.Message, n)
 		for j := range msgs {
-			msgs[j] = message(i + j)
+			msgs[j] = message(i+j, r.cfg.Aggregates)
 		}
 		if err := r.db.write(ctx, msgs); err != nil {
 			return fmt.Errorf("preload: %w", err)
@@ -413,7 +436,7 @@ func (r *run) latency(ctx context.Context, relay string) (*LatencyResult, error)
 	for range r.cfg.Writers {
 		committed.Go(func() {
 			for i := range jobs {
-				msg := message(i)
+				msg := message(i, r.cfg.Aggregates)
 				err := r.db.write(ctx, []*outbox.Message{msg})
 				at := time.Now()
 				mu.Lock()

@@ -172,6 +172,9 @@ func (d *database) openMySQL(raw string, conns int) error {
 	if err != nil {
 		return err
 	}
+	// A Store of its own for each relay, as each relay process has: a Store
+	// keeps what it learnt of the table's aggregates for ordered claims.
+	d.relayStore = func() (outbox.Store, error) { return mysqlstore.New(db, mysqlstore.WithTable(d.table)) }
 	d.desc = "MySQL at " + redact.URLs(raw)
 	d.useSQL(db, st, outbox.NewWriter[*sql.Tx](st))
 	d.bind, d.payloadText, d.analyze = "?", "CAST(payload AS CHAR)", "ANALYZE TABLE "+d.table

@@ -23,7 +23,9 @@ func benchCommand() *ucli.Command {
 			"each also with the textbook relay (1 s fixed-delay poll of 100 rows, publish one by one, one\n" +
 			"UPDATE per row) on the same database and broker, and prints a table with the ratios, or JSON.\n" +
 			"Without --db and --broker it runs on SQLite in a temporary folder and an embedded NATS server.\n" +
-			"It creates a table and a stream of its own and removes them at the end. Progress goes to stderr.",
+			"It creates a table and a stream of its own and removes them at the end. Progress goes to stderr.\n" +
+			"With --matrix it runs only drains, one per shape of the matrix and ordering off and on, one shape\n" +
+			"after the other (--count rounds), and prints a table of msgs/s with the ordered/unordered ratio.",
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "db", Usage: "database `URL`: postgres://, mysql:// or sqlite://PATH (default: SQLite in a temporary folder)"},
 			&ucli.StringFlag{Name: "broker", Usage: "NATS `URL` (default: an embedded NATS JetStream server)"},
@@ -37,6 +39,13 @@ func benchCommand() *ucli.Command {
 			&ucli.BoolFlag{Name: "reference", Usage: "PostgreSQL: also drain with the reference loop (one DELETE … RETURNING per batch, then publish it), a yardstick of the machine"},
 			&ucli.IntFlag{Name: "relays", Usage: "relays sharing the table", Value: benchcmd.DefaultRelays},
 			&ucli.IntFlag{Name: "batch", Usage: "the relay's batch size", Value: benchcmd.DefaultBatchSize},
+			&ucli.BoolFlag{Name: "ordering", Usage: "per-aggregate ordering in the relay (--ordering=false: off)"},
+			&ucli.IntFlag{Name: "aggregates", Usage: "aggregates the messages are spread over, round-robin", Value: benchcmd.DefaultAggregates},
+			&ucli.StringFlag{Name: "matrix", Usage: "run a matrix of drains instead of the tests: a preset (" + benchcmd.MatrixShapes +
+				": the library's defaults then batch 1000 with 4 in flight, ordering off and on; " + benchcmd.MatrixOrdering +
+				": the same × aggregates 100,5000 × relays 1,3) or `AXES` such as \"batch=100,1000 relays=1,3 ordering=off,on\"" +
+				" (axes: shape=defaults,tuned batch in-flight relays aggregates ordering)"},
+			&ucli.IntFlag{Name: "count", Usage: "rounds of the matrix (the report gives medians)", Value: benchcmd.DefaultCount},
 			&ucli.IntFlag{Name: "in-flight", Usage: "batches each relay may have at the broker at once", Value: benchcmd.DefaultMaxInFlight},
 			&ucli.BoolFlag{Name: "adaptive", Usage: "let the relay size its batches and batches in flight, up to --batch and --in-flight (the library's default behaviour)"},
 			&ucli.DurationFlag{Name: "poll-interval", Usage: "the relay's idle poll interval", Value: benchcmd.DefaultPollInterval},
@@ -59,6 +68,9 @@ func benchCommand() *ucli.Command {
 			}
 			var tests []string
 			for t := range strings.SplitSeq(cmd.String("test"), ",") {
+				if !cmd.IsSet("test") && cmd.IsSet("matrix") {
+					break // a matrix is made of drain tests
+				}
 				if t = strings.TrimSpace(t); t != "" {
 					tests = append(tests, t)
 				}
@@ -73,7 +85,8 @@ func benchCommand() *ucli.Command {
 				PollInterval: cmd.Duration("poll-interval"), DeleteSent: cmd.Bool("delete-sent"),
 				AsyncCommit: cmd.Bool("async-commit"), NoNotify: !cmd.Bool("notify"), BatchLease: cmd.Bool("batch-lease"),
 				HeldClaims: cmd.Bool("held-claims"), JSON: cmd.Bool("json"), Chart: cmd.String("chart"),
-				NotifyInterval: cmd.Duration("notify-interval"),
+				NotifyInterval: cmd.Duration("notify-interval"), Ordering: cmd.Bool("ordering"),
+				Aggregates: cmd.Int("aggregates"), Matrix: cmd.String("matrix"), Count: cmd.Int("count"),
 			}
 			if cfg.NotifyInterval == 0 {
 				cfg.NotifyInterval = -1 // every write: Config's zero means its default

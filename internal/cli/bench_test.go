@@ -27,6 +27,39 @@ func TestBench(t *testing.T) {
 	require.Equal(t, 2, rep.Settings.MaxInFlight)
 }
 
+// TestBenchMatrix runs a small matrix on the embedded defaults: the flags
+// reach the run, and a matrix runs drains only, without the default --test.
+func TestBenchMatrix(t *testing.T) {
+	t.Parallel()
+	r := run(t.Context(), "bench", "--matrix", "relays=1,2 ordering=off,on", "--rows", "200", "--aggregates", "5",
+		"--count", "2", "--batch", "50", "--json", "--quiet")
+	require.Equal(t, ExitOK, r.code, r.stderr)
+	var rep benchcmd.Report
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
+	require.Empty(t, rep.Drain)
+	require.Empty(t, rep.Latency)
+	require.NotNil(t, rep.Matrix)
+	require.Equal(t, 2, rep.Matrix.Rounds)
+	require.Len(t, rep.Matrix.Shapes, 2)
+	for i, row := range rep.Matrix.Shapes {
+		require.Equal(t, i+1, row.Relays)
+		require.Equal(t, 5, row.Aggregates)
+		require.Equal(t, 50, row.BatchSize)
+		require.Len(t, row.Unordered, 2)
+		require.Len(t, row.Ordered, 2)
+		require.Positive(t, row.Ratio)
+	}
+
+	r = run(t.Context(), "bench", "--test", "drain", "--rows", "100", "--ordering", "--aggregates", "3",
+		"--no-baseline", "--json", "--quiet")
+	require.Equal(t, ExitOK, r.code, r.stderr)
+	rep = benchcmd.Report{}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
+	require.True(t, rep.Settings.Ordering)
+	require.Equal(t, 3, rep.Settings.Aggregates)
+	require.Nil(t, rep.Matrix)
+}
+
 func TestBenchUsageErrors(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -40,6 +73,9 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"Arguments", []string{"now"}, "outbox bench takes no arguments"},
 		{"UnknownFlag", []string{"--frobnicate"}, "frobnicate"},
 		{"HeldClaimsWithBatchLease", []string{"--held-claims", "--batch-lease"}, "held claims exclude batch leases"},
+		{"BadMatrix", []string{"--matrix", "colour=red"}, `matrix: axis "colour" is unknown`},
+		{"MatrixWithLatency", []string{"--matrix", "shapes", "--test", "drain,latency"}, "matrix: it runs drain tests only"},
+		{"BadAggregates", []string{"--aggregates", "-3"}, "aggregates: -3 is not between"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
