@@ -16,6 +16,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
 	"github.com/outboxkit/outbox/store/pgstore"
+	"github.com/outboxkit/outbox/store/storetest"
 )
 
 // claimTracer records the claim statements a pool runs (those that lease
@@ -173,25 +174,9 @@ func TestClaimsReadABatchOnContractOnlyTable(t *testing.T) {
 // them, and that after those statements nothing is missing.
 func TestMissingIndexes(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	pool, _, _ := testsvc.PostgresSchema(t)
 	exec(t, pool, fmt.Sprintf(contractDDL, "legacy", "jsonb", "timestamptz"))
 	s, err := pgstore.New(pool, pgstore.WithTable("legacy"))
 	require.NoError(t, err)
-	missing, err := s.MissingIndexes(ctx)
-	require.NoError(t, err)
-	require.Len(t, missing, 2)
-	for _, m := range missing {
-		require.Contains(t, m.Problem, "is missing")
-		require.True(t, strings.HasPrefix(m.Fix, "CREATE INDEX CONCURRENTLY "), m.Fix)
-		exec(t, pool, m.Fix)
-	}
-	missing, err = s.MissingIndexes(ctx)
-	require.NoError(t, err)
-	require.Empty(t, missing, "after the suggested statements")
-
-	migrated := newStore(t, pool)
-	missing, err = migrated.MissingIndexes(ctx)
-	require.NoError(t, err)
-	require.Empty(t, missing, "a migrated table")
+	storetest.CheckMissingIndexes(t, s, newStore(t, pool), func(sql string) { exec(t, pool, sql) }, 2)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/storetest"
 )
 
 // TestClaimPlan checks that a claim walks the pending-rows index in id order
@@ -82,18 +83,8 @@ func TestClaimPlanContractOnly(t *testing.T) {
 	now := formatTime(time.Now())
 	for _, p := range []outbox.ClaimParams{{Limit: 10}, {Limit: 10, Ordered: true}, {Limit: 10, Ordered: true, BlockOnDead: true}} {
 		q, _ := s.claimSQL(cols, p)
-		rows, err := db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q, now, now, 10)
-		require.NoError(t, err)
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
-			plan = append(plan, detail)
-		}
-		require.NoError(t, rows.Err())
-		rows.Close()
-		all := strings.Join(plan, "; ")
+		all := queryPlan(t, db, q, now, now, 10)
+		plan := strings.Split(all, "; ")
 		require.NotContains(t, plan, "SCAN c", "ordered=%v: a walk of every row: %s", p.Ordered, all)
 		require.Contains(t, all, "INDEX legacy_status_next_retry (status=? AND next_retry_at=?)", "ordered=%v: %s", p.Ordered, all)
 	}
@@ -132,22 +123,11 @@ func TestMissingIndexes(t *testing.T) {
 	require.NoError(t, err)
 	s, err := New(db, WithTable("legacy"))
 	require.NoError(t, err)
-	missing, err := s.MissingIndexes(ctx)
-	require.NoError(t, err)
-	require.Len(t, missing, 2)
-	for _, m := range missing {
-		require.True(t, strings.HasPrefix(m.Fix, "CREATE INDEX "), m.Fix)
-		_, err := db.ExecContext(ctx, m.Fix)
-		require.NoError(t, err)
-	}
-	missing, err = s.MissingIndexes(ctx)
-	require.NoError(t, err)
-	require.Empty(t, missing, "after the suggested statements")
-
 	migrated, err := New(db)
 	require.NoError(t, err)
 	require.NoError(t, migrated.Migrate(ctx))
-	missing, err = migrated.MissingIndexes(ctx)
-	require.NoError(t, err)
-	require.Empty(t, missing, "a migrated table")
+	storetest.CheckMissingIndexes(t, s, migrated, func(sql string) {
+		_, err := db.ExecContext(ctx, sql)
+		require.NoError(t, err)
+	}, 2)
 }
