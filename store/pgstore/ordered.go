@@ -138,7 +138,10 @@ SELECT u.*, b.beyond FROM (SELECT count(*) > $3 AS beyond FROM win) AS b LEFT JO
 		// Without the head index: the window is read from the contract's
 		// (status, next_retry_at) index (indexes.go), and the earlier rows
 		// of an aggregate are looked up in its (aggregate_type,
-		// aggregate_id) index, as many rows as the table keeps of it.
+		// aggregate_id) index, as many rows as the table keeps of it. The
+		// window's first rows are probed in id order (= ANY of an array
+		// walks the primary key in order, with no sort), so the claim
+		// stops probing once it has its heads, the oldest ones.
 		out[i].byStatus = payloadParam(fmt.Sprintf(`WITH due AS (
 	SELECT w.id, w.aggregate_type, w.aggregate_id FROM %[1]s AS w
 	WHERE w.status = 0 AND w.next_retry_at <= now()
@@ -154,11 +157,12 @@ SELECT u.*, b.beyond FROM (SELECT count(*) > $3 AS beyond FROM win) AS b LEFT JO
 	GROUP BY x.aggregate_type, x.aggregate_id
 ), c AS (
 	SELECT o.id FROM %[1]s AS o
-	WHERE o.id IN (SELECT id FROM firsts)
+	WHERE o.id = ANY (ARRAY(SELECT id FROM firsts))
 	  AND o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
 	  AND NOT EXISTS (SELECT 1 FROM %[1]s AS p
 		WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
 		  AND p.id < o.id AND p.status IN (%[2]s))%[4]s
+	ORDER BY o.id
 	LIMIT $1
 	FOR UPDATE OF o SKIP LOCKED
 ), u AS (

@@ -10,7 +10,17 @@ import (
 )
 
 func (s *suite) ordered(t *testing.T) {
-	f := s.fresh(t)
+	t.Run("MigratedTable", func(t *testing.T) {
+		t.Parallel()
+		s.checkOrdered(t, s.fresh(t))
+	})
+	t.Run("ContractOnlyTable", func(t *testing.T) {
+		t.Parallel()
+		s.checkOrdered(t, s.contract(t))
+	})
+}
+
+func (s *suite) checkOrdered(t *testing.T, f *fx) {
 	ids := f.write(
 		newMsg("order", "A", 1), // 0
 		newMsg("order", "B", 1), // 1
