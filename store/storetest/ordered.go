@@ -9,16 +9,7 @@ import (
 	"github.com/outboxkit/outbox"
 )
 
-func (s *suite) ordered(t *testing.T) {
-	t.Run("MigratedTable", func(t *testing.T) {
-		t.Parallel()
-		s.checkOrdered(t, s.fresh(t))
-	})
-	t.Run("ContractOnlyTable", func(t *testing.T) {
-		t.Parallel()
-		s.checkOrdered(t, s.contract(t))
-	})
-}
+func (s *suite) ordered(t *testing.T) { s.onBothTables(t, s.checkOrdered) }
 
 func (s *suite) checkOrdered(t *testing.T, f *fx) {
 	ids := f.write(
