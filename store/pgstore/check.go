@@ -101,6 +101,9 @@ func (s *Store) prepareRelayStatements(ctx context.Context, cols map[string]stri
 		{"ordered claim (dead rows block)", q.claim[claimOrderedBlockOnDead]},
 		{"ack", q.ack}, {"delete", q.del}, {"reschedule", q.reschedule}, {"kill", q.kill}, {"stats", q.stats},
 	}
+	for i, oq := range buildOrderedQueries(s.ident, q, s.asyncFilter()) {
+		stmts = append(stmts, struct{ name, sql string }{fmt.Sprintf("ordered claim without the head index (%d)", i), oq.byStatus})
+	}
 	if q.lease != nil {
 		stmts = append(stmts, struct{ name, sql string }{"batch-lease claim", q.lease.claim[claimUnordered]})
 	}

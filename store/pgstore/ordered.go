@@ -231,11 +231,7 @@ func (s *Store) orderedFor(ctx context.Context, q *queries) (*orderedState, erro
 		Scan(&ok); err != nil {
 		return nil, fmt.Errorf("pgstore: claim: look for the head index: %w", err)
 	}
-	async := ""
-	if s.cfg.asyncCommit {
-		async = asyncCommitFilter
-	}
-	st = &orderedState{headIndex: ok, q: buildOrderedQueries(s.ident, q, async)}
+	st = &orderedState{headIndex: ok, q: buildOrderedQueries(s.ident, q, s.asyncFilter())}
 	s.mu.Lock()
 	s.ordered = st
 	s.mu.Unlock()

@@ -114,6 +114,14 @@ type buildOptions struct {
 // implicit transaction, so WithAsyncCommit costs no extra round trip.
 const asyncCommitFilter = "\n\tAND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL"
 
+// asyncFilter is asyncCommitFilter with WithAsyncCommit, "" otherwise.
+func (s *Store) asyncFilter() string {
+	if s.cfg.asyncCommit {
+		return asyncCommitFilter
+	}
+	return ""
+}
+
 func buildQueries(table string, cols map[string]string, opt buildOptions) (*queries, error) {
 	async := ""
 	if opt.asyncCommit {
