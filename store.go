@@ -198,6 +198,17 @@ type TableChecker interface {
 	CheckTable(ctx context.Context) error
 }
 
+// IndexChecker is implemented by stores that can tell which of the indexes
+// their claims use a table lacks. The relay works without them, only
+// slower on a large table; the daemon logs each at start, with the
+// statement that creates it.
+type IndexChecker interface {
+	// MissingIndexes returns one TableProblem per missing index: what
+	// claims do without it, and the statement that creates it. It only
+	// reads the database's catalog.
+	MissingIndexes(ctx context.Context) ([]TableProblem, error)
+}
+
 // TableError is the error [TableChecker.CheckTable] returns for a table the
 // relay cannot work on.
 type TableError struct {

@@ -166,6 +166,7 @@ func (d *Daemon) run(ctx context.Context) error {
 	if err := checkTable(ctx, db.Store); err != nil {
 		return d.scrubAll(err)
 	}
+	d.warnMissingIndexes(ctx, db.Store)
 
 	brokers, err := openBrokers(ctx, cfg.EffectiveBrokers(), brokerParams{publishTimeout: cfg.PublishTimeout, log: d.log, red: d.red})
 	if err != nil {
@@ -274,6 +275,29 @@ func checkTable(ctx context.Context, s outbox.TableChecker) error {
 		return fmt.Errorf("check table: %w", err)
 	}
 	return nil
+}
+
+// warnMissingIndexes logs, once at start, each index the relay's claims
+// would use that the table lacks, with the statement that creates it. The
+// relay works without them, only slower on a table that keeps many rows,
+// so a missing index is a warning and the start goes on; so does a failure
+// to look.
+func (d *Daemon) warnMissingIndexes(ctx context.Context, s outbox.Store) {
+	ic, ok := s.(outbox.IndexChecker)
+	if !ok {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	missing, err := ic.MissingIndexes(cctx)
+	if err != nil {
+		d.log.Warn("could not look for missing indexes", "table", d.cfg.Table, "error", d.scrubAll(err).Error())
+		return
+	}
+	for _, m := range missing {
+		d.log.Warn("table lacks an index the relay would use; claims work without it, more slowly as the table grows",
+			"table", d.cfg.Table, "problem", m.Problem, "fix", m.Fix)
+	}
 }
 
 // archiver returns the scheduled archive of the config (nil when it is

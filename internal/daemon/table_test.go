@@ -169,3 +169,30 @@ func TestHTTPServerTimeouts(t *testing.T) {
 	}
 	require.Greater(t, srv.WriteTimeout, metrics.DefaultCheckTimeout, "a /readyz waiting for its checks can answer")
 }
+
+// A relay on a table with only the contract's indexes starts, and says at
+// start which index its claims would use and how to create it.
+func TestRunWarnsOfMissingIndexes(t *testing.T) {
+	t.Parallel()
+	pool, _, dsn := testsvc.PostgresSchema(t)
+	_, err := pool.Exec(context.Background(), `CREATE TABLE outbox_message (id bigserial PRIMARY KEY,
+message_id varchar(64) UNIQUE, aggregate_type varchar(64), aggregate_id varchar(64), event_type varchar(64),
+payload jsonb, status smallint NOT NULL DEFAULT 0, retry_count int NOT NULL DEFAULT 0, next_retry_at timestamptz NULL,
+created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX ON outbox_message (status, next_retry_at); CREATE INDEX ON outbox_message (aggregate_type, aggregate_id)`)
+	require.NoError(t, err)
+	stream := newNATSStream(t)
+	cfg := baseConfig(config.NewSecret(dsn), stream.broker("events"))
+	logs := &syncBuffer{}
+	logger, err := NewLogger(logs, "info", "json")
+	require.NoError(t, err)
+	d, err := New(cfg, logger)
+	require.NoError(t, err)
+	stop := running(t, d)
+	<-d.Ready()
+	require.NoError(t, stop())
+	out := logs.String()
+	require.Contains(t, out, "table lacks an index the relay would use")
+	require.Contains(t, out, `CREATE INDEX CONCURRENTLY \"outbox_message_pending_idx\" ON \"outbox_message\" (id) WHERE status = 0`)
+	require.Contains(t, out, "daemon started", "a missing index does not stop the start")
+}

@@ -49,7 +49,7 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	if err != nil {
 		return nil, fmt.Errorf("mysqlstore: claim: %w", err)
 	}
-	q, sel := s.claimSQL(info, p)
+	q, sel := s.claimSQLs(info, p)
 	ord := s.orderedClaimSQL(info, p, sel)
 	recheck := s.recheckSQL(info, p)
 	lease := s.leaseSQL(info)
@@ -65,11 +65,11 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 }
 
 // claimOnce runs a claim in one READ COMMITTED transaction: the locking
-// SELECT q, or with ord (an ordered claim on a table with the head index)
+// SELECTs q in turn, or with ord (an ordered claim on a table with the head index)
 // the statements of ordered.go, then, for an ordered claim, the re-check of
 // its heads (recheck, see recheckSQL), then the UPDATE that leases what they
 // took.
-func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, recheck, lease string, sel []string,
+func (s *Store) claimOnce(ctx context.Context, q []string, ord *orderedSQL, recheck, lease string, sel []string,
 	p outbox.ClaimParams) (*outbox.Claim, error) {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
@@ -128,8 +128,16 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, rechec
 	}
 	switch {
 	case ord == nil:
-		if err := read(nil, q, p.Limit); err != nil {
-			return nil, err
+		for _, q := range q {
+			if len(ids) == p.Limit {
+				break
+			}
+			if err := read(nil, q, p.Limit-len(ids)); err != nil {
+				return nil, err
+			}
+		}
+		if len(q) > 1 { // the rows due again came first (claimSQLs)
+			sortByRowID(c)
 		}
 	case s.fewAggregates(p):
 		// Every aggregate fits in one claim: the loose scan alone (ordered.go).
@@ -158,8 +166,7 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, rechec
 				return nil, err
 			}
 			s.countAggregates(p, aggs)
-			slices.SortFunc(c.Messages, func(a, b *outbox.Message) int { return cmp.Compare(a.RowID, b.RowID) })
-			slices.SortFunc(c.Malformed, func(a, b outbox.MalformedRow) int { return cmp.Compare(a.Message.RowID, b.Message.RowID) })
+			sortByRowID(c)
 		}
 	}
 	if recheck != "" && len(ids) > 0 {
@@ -184,6 +191,12 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, rechec
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return c, nil
+}
+
+// sortByRowID puts a claim's rows in id order.
+func sortByRowID(c *outbox.Claim) {
+	slices.SortFunc(c.Messages, func(a, b *outbox.Message) int { return cmp.Compare(a.RowID, b.RowID) })
+	slices.SortFunc(c.Malformed, func(a, b outbox.MalformedRow) int { return cmp.Compare(a.Message.RowID, b.Message.RowID) })
 }
 
 // leaseSQL is the start of the UPDATE that counts the attempt of claimed
@@ -256,28 +269,55 @@ func selectColumns(info tableInfo) []string {
 	return sel
 }
 
-// claimSQL builds the locking SELECT of a claim; its one parameter is the limit.
+// claimSQL builds the locking SELECT of a claim; its one parameter is the
+// limit. On a table without the (status, id) index but with the contract's
+// (status, next_retry_at) one, and the primary key on id, see claimSQLs.
 func (s *Store) claimSQL(info tableInfo, p outbox.ClaimParams) (string, []string) {
+	qs, sel := s.claimSQLs(info, p)
+	return qs[0], sel
+}
+
+// claimSQLs builds the locking SELECTs of a claim, which it runs in turn,
+// each with the limit of what is left to take as its one parameter.
+//
+// With the (status, id) index, one SELECT walks it in id order. A table
+// with only the contract's indexes has none: the SELECT then walked the
+// primary key past every sent row the table keeps, or sorted every due
+// row. There the contract's (status, next_retry_at) index, which InnoDB
+// ends with the primary key, gives two ranges with no sort and no sent row:
+// the rows due again (a retry, or a lease that ran out) in (next_retry_at,
+// id) order, then the rows never claimed (next_retry_at NULL) in id order.
+// Rows leased by other claims lie between the two, and are not read.
+func (s *Store) claimSQLs(info tableInfo, p outbox.ClaimParams) ([]string, []string) {
 	t := s.table.quoted()
 	sel := selectColumns(info)
-	var b strings.Builder
-	b.WriteString("SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)) +
-		" FROM " + t + " AS c")
-	if info.claimIndex != "" {
-		b.WriteString(" FORCE INDEX (" + quoteIdent(info.claimIndex) + ")")
-	}
-	b.WriteString(" WHERE c.status = 0 AND (c.next_retry_at IS NULL OR c.next_retry_at <= UTC_TIMESTAMP(6))")
+	head := "SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)) +
+		" FROM " + t + " AS c"
+	ordered := ""
 	if p.Ordered {
 		blocking := "0"
 		if p.BlockOnDead {
 			blocking = "0, 2"
 		}
 		// A plain (non-locking) read: rows other claims hold still block.
-		b.WriteString(" AND NOT EXISTS (SELECT 1 FROM " + t + " AS h WHERE h.aggregate_type = c.aggregate_type" +
-			" AND h.aggregate_id = c.aggregate_id AND h.id < c.id AND h.status IN (" + blocking + "))")
+		ordered = " AND NOT EXISTS (SELECT 1 FROM " + t + " AS h WHERE h.aggregate_type = c.aggregate_type" +
+			" AND h.aggregate_id = c.aggregate_id AND h.id < c.id AND h.status IN (" + blocking + "))"
 	}
-	b.WriteString(" ORDER BY c.id LIMIT ? FOR UPDATE SKIP LOCKED")
-	return b.String(), sel
+	const tail = " LIMIT ? FOR UPDATE SKIP LOCKED"
+	if info.claimIndex == "" && info.statusIndex != "" && info.pkID {
+		force := " FORCE INDEX (" + quoteIdent(info.statusIndex) + ")"
+		return []string{
+			head + force + " WHERE c.status = 0 AND c.next_retry_at <= UTC_TIMESTAMP(6)" + ordered +
+				" ORDER BY c.status, c.next_retry_at, c.id" + tail,
+			head + force + " WHERE c.status = 0 AND c.next_retry_at IS NULL" + ordered + " ORDER BY c.id" + tail,
+		}, sel
+	}
+	force := ""
+	if info.claimIndex != "" {
+		force = " FORCE INDEX (" + quoteIdent(info.claimIndex) + ")"
+	}
+	return []string{head + force + " WHERE c.status = 0 AND (c.next_retry_at IS NULL OR c.next_retry_at <= UTC_TIMESTAMP(6))" +
+		ordered + " ORDER BY c.id" + tail}, sel
 }
 
 // placeholders returns n comma-separated question marks.

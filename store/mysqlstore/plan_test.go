@@ -4,11 +4,13 @@ import (
 	"database/sql"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/storetest"
 )
 
 // TestClaimPlan checks that the claim's locking SELECT walks the (status, id)
@@ -39,26 +41,7 @@ func TestClaimPlan(t *testing.T) {
 
 	for _, p := range []outbox.ClaimParams{{Limit: 10}, {Limit: 10, Ordered: true, BlockOnDead: true}} {
 		q, _ := s.claimSQL(info, p)
-		rows, err := db.QueryContext(ctx, "EXPLAIN "+q, p.Limit)
-		require.NoError(t, err)
-		cols, err := rows.Columns()
-		require.NoError(t, err)
-		var plan []string
-		for rows.Next() {
-			vals := make([]sql.NullString, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			require.NoError(t, rows.Scan(ptrs...))
-			var line []string
-			for i, c := range cols {
-				line = append(line, c+"="+vals[i].String)
-			}
-			plan = append(plan, strings.Join(line, " "))
-		}
-		require.NoError(t, rows.Err())
-		rows.Close()
+		plan := explainRows(t, db, q, p.Limit)
 		all := strings.Join(plan, "\n")
 		require.Contains(t, plan[0], "table=c", all)
 		require.Contains(t, plan[0], "key=idx_status_id", all)
@@ -67,4 +50,126 @@ func TestClaimPlan(t *testing.T) {
 			require.Contains(t, all, "key=idx_aggregate", "the head check uses the aggregate index:\n%s", all)
 		}
 	}
+}
+
+// explainRows returns the rows of EXPLAIN q, each as "column=value ...".
+func explainRows(t *testing.T, db *sql.DB, q string, args ...any) []string {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), "EXPLAIN "+q, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	var plan []string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		require.NoError(t, rows.Scan(ptrs...))
+		var line []string
+		for i, c := range cols {
+			line = append(line, c+"="+vals[i].String)
+		}
+		plan = append(plan, strings.Join(line, " "))
+	}
+	require.NoError(t, rows.Err())
+	return plan
+}
+
+// TestClaimPlanContractOnly checks that on a table with only the contract's
+// indexes every locking SELECT of a claim reads a range of the (status,
+// next_retry_at) index with no sort: walking the primary key would step over
+// every sent row the table keeps, and a sort would read, and lock, every due
+// row. Then that claims on it take every row once, due rows only.
+func TestClaimPlanContractOnly(t *testing.T) {
+	t.Parallel()
+	_, dsn := testsvc.MySQLDatabase(t)
+	db, err := Open(dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	ctx := t.Context()
+	_, err = db.ExecContext(ctx, `CREATE TABLE outbox_message (
+  id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, message_id VARCHAR(64) UNIQUE, aggregate_type VARCHAR(64),
+  aggregate_id VARCHAR(64), event_type VARCHAR(64), payload JSON, status TINYINT NOT NULL DEFAULT 0,
+  retry_count INT NOT NULL DEFAULT 0, next_retry_at DATETIME NULL,
+  created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
+  updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+  INDEX idx_status_next_retry (status, next_retry_at), INDEX idx_aggregate (aggregate_type, aggregate_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`)
+	require.NoError(t, err)
+	s, err := New(db)
+	require.NoError(t, err)
+	// Sent rows first, then a backlog of new rows, one due retry and one
+	// waiting out its backoff.
+	_, err = db.ExecContext(ctx, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload, status, next_retry_at)
+		WITH RECURSIVE r(j) AS (SELECT 1 UNION ALL SELECT j + 1 FROM r WHERE j < 1000),
+			n(i) AS (SELECT j + 1000 * k FROM r, (SELECT 0 AS k UNION ALL SELECT 1 UNION ALL SELECT 2) AS x)
+		SELECT CONCAT('m', i), 'order', CONCAT('a', i % 300), 'E', '{}', IF(i < 2700, 1, 0),
+			CASE WHEN i < 2700 THEN NOW() - INTERVAL 1 DAY WHEN i = 2990 THEN UTC_TIMESTAMP() - INTERVAL 1 MINUTE
+			WHEN i = 2991 THEN UTC_TIMESTAMP() + INTERVAL 1 HOUR END FROM n ORDER BY i`)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, "ANALYZE TABLE outbox_message")
+	require.NoError(t, err)
+	info, err := s.tableInfo(ctx, db)
+	require.NoError(t, err)
+	require.Empty(t, info.claimIndex)
+
+	for _, p := range []outbox.ClaimParams{{Limit: 10}, {Limit: 10, Ordered: true}, {Limit: 10, Ordered: true, BlockOnDead: true}} {
+		qs, _ := s.claimSQLs(info, p)
+		require.Len(t, qs, 2)
+		for _, q := range qs {
+			plan := explainRows(t, db, q, p.Limit)
+			all := strings.Join(plan, "\n")
+			require.Contains(t, plan[0], "table=c", all)
+			require.Contains(t, plan[0], "key=idx_status_next_retry", all)
+			require.NotContains(t, all, "filesort", all)
+		}
+	}
+
+	// Every pending row but the one waiting, once, over claims of 50.
+	seen := map[int64]bool{}
+	for {
+		c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 50, Lease: time.Hour})
+		require.NoError(t, err)
+		if len(c.Messages) == 0 {
+			break
+		}
+		for i, m := range c.Messages {
+			require.False(t, seen[m.RowID], "row %d claimed twice", m.RowID)
+			seen[m.RowID] = true
+			if i > 0 {
+				require.Less(t, c.Messages[i-1].RowID, m.RowID, "a claim's rows are in id order")
+			}
+		}
+	}
+	require.Len(t, seen, 3000-2700+1-1)
+	require.False(t, seen[2991], "the row waiting out its backoff")
+	require.True(t, seen[2990], "the due retry")
+}
+
+// TestMissingIndexes checks that a table with only the contract's indexes
+// is told the indexes claims would use, with statements that create them,
+// and that after those statements, as on a migrated table, none is missing.
+func TestMissingIndexes(t *testing.T) {
+	t.Parallel()
+	_, dsn := testsvc.MySQLDatabase(t)
+	db, err := Open(dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	ctx := t.Context()
+	_, err = db.ExecContext(ctx, `CREATE TABLE legacy (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, status TINYINT NOT NULL DEFAULT 0,
+		next_retry_at DATETIME NULL, aggregate_type VARCHAR(64), aggregate_id VARCHAR(64),
+		INDEX (status, next_retry_at), INDEX (aggregate_type, aggregate_id))`)
+	require.NoError(t, err)
+	s, err := New(db, WithTable("legacy"))
+	require.NoError(t, err)
+	migrated, err := New(db)
+	require.NoError(t, err)
+	require.NoError(t, migrated.Migrate(ctx))
+	storetest.CheckMissingIndexes(t, s, migrated, func(sql string) {
+		_, err := db.ExecContext(ctx, sql)
+		require.NoError(t, err)
+	}, 2)
 }

@@ -193,6 +193,10 @@ type tableInfo struct {
 	// pkID is whether the primary key is (or starts with) id, as the
 	// contract has it; Ack then names it so that it reads only its rows.
 	pkID bool
+	// statusIndex is an index whose leading columns are (status,
+	// next_retry_at), the contract's, which claims read when the table has
+	// no claimIndex (claimSQLs); "" when the table has none.
+	statusIndex string
 	// headIndex is an index whose leading columns are (status,
 	// aggregate_type, aggregate_id), which ordered claims read (ordered.go);
 	// "" when the table has none.
@@ -240,6 +244,7 @@ func (s *Store) tableInfo(ctx context.Context, q queryer) (tableInfo, error) {
 		return tableInfo{}, err
 	}
 	info.claimIndex, info.headIndex = claimIndex(lead), headIndex(lead)
+	info.statusIndex = indexLeadingWith(lead, "status", "next_retry_at")
 	if info.pkID, err = primaryOnID(ctx, q, s.table); err != nil {
 		return tableInfo{}, err
 	}

@@ -97,15 +97,19 @@ func (s *Store) prepareRelayStatements(ctx context.Context, cols map[string]stri
 		return []outbox.TableProblem{{Problem: err.Error()}}
 	}
 	stmts := []struct{ name, sql string }{
-		{"claim", q.claim[claimUnordered]}, {"ordered claim", q.claim[claimOrdered]},
+		{"claim", q.claim[claimUnordered]}, {"claim without the pending index", q.claimStatus}, {"ordered claim", q.claim[claimOrdered]},
 		{"ordered claim (dead rows block)", q.claim[claimOrderedBlockOnDead]},
 		{"ack", q.ack}, {"delete", q.del}, {"reschedule", q.reschedule}, {"kill", q.kill}, {"stats", q.stats},
+	}
+	for i, oq := range buildOrderedQueries(s.ident, q, s.asyncFilter()) {
+		stmts = append(stmts, struct{ name, sql string }{fmt.Sprintf("ordered claim without the head index (%d)", i), oq.byStatus})
 	}
 	if q.lease != nil {
 		stmts = append(stmts, struct{ name, sql string }{"batch-lease claim", q.lease.claim[claimUnordered]})
 	}
 	if q.held != nil {
-		stmts = append(stmts, struct{ name, sql string }{"held claim", q.held.claim})
+		stmts = append(stmts, struct{ name, sql string }{"held claim", q.held.claim},
+			struct{ name, sql string }{"held claim without the pending index", q.held.claimStatus})
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {

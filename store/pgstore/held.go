@@ -50,22 +50,44 @@ import (
 
 // heldQueries are the statements of held claims.
 type heldQueries struct {
-	due      string // whether any row is due, without locking
-	claim    string // $1 limit, ids in ($2, $3], $4 payload limit
-	ack, del string // $1 ids: the claim holds their rows, so no fence
-	deferred deferredQueries
+	due   string // whether any row is due, without locking
+	claim string // $1 limit, ids in ($2, $3], $4 payload limit
+	// claimStatus is claim on a table without the pending index
+	// (indexes.go): the same parameters, read from the (status,
+	// next_retry_at) index, the due rows first, then those never claimed.
+	claimStatus string
+	ack, del    string // $1 ids: the claim holds their rows, so no fence
+	deferred    deferredQueries
 }
 
 func buildHeldQueries(table, dataColumns, lastErr, async string) *heldQueries {
 	return &heldQueries{
-		due: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s AS o
-	WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now()))`, table),
+		// Two ranges of the (status, next_retry_at) index, so that the
+		// question never walks the sent rows (indexes.go).
+		due: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %[1]s AS o WHERE o.status = 0 AND o.next_retry_at <= now())
+	OR EXISTS (SELECT 1 FROM %[1]s AS o WHERE o.status = 0 AND o.next_retry_at IS NULL)`, table),
 		claim: fmt.Sprintf(`SELECT o.id, %s, %s
 FROM %s AS o
 WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now()) AND o.id > $2 AND o.id <= $3%s
 ORDER BY o.id
 LIMIT $1
 FOR UPDATE SKIP LOCKED`, nextAttempt("o.retry_count"), payloadParam(dataColumns, 4), table, async),
+		claimStatus: fmt.Sprintf(`WITH due AS (
+	SELECT o.id, %[1]s AS attempt, %[2]s
+	FROM %[3]s AS o
+	WHERE o.status = 0 AND o.next_retry_at <= now() AND o.id > $2 AND o.id <= $3%[4]s
+	ORDER BY o.status, o.next_retry_at
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+), fresh AS (
+	SELECT o.id, %[1]s AS attempt, %[2]s
+	FROM %[3]s AS o
+	WHERE o.status = 0 AND o.next_retry_at IS NULL AND o.id > $2 AND o.id <= $3
+	ORDER BY o.status, o.next_retry_at
+	LIMIT (SELECT $1 - count(*) FROM due)
+	FOR UPDATE SKIP LOCKED
+)
+SELECT * FROM due UNION ALL SELECT * FROM fresh`, nextAttempt("o.retry_count"), payloadParam(dataColumns, 4), table, async),
 		ack: fmt.Sprintf(`UPDATE %s AS o SET status = 1, retry_count = %s, updated_at = now()
 WHERE o.id = ANY($1::bigint[])`, table, nextAttempt("o.retry_count")),
 		del:      fmt.Sprintf(`DELETE FROM %s AS o WHERE o.id = ANY($1::bigint[])`, table),
@@ -100,12 +122,20 @@ func (s *Store) claimHeldTx(ctx context.Context, q *queries, p outbox.ClaimParam
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim: %w", err)
 	}
-	after := s.claimCursor.start(time.Now())
+	ix, err := s.indexesFor(ctx)
+	if err != nil {
+		conn.Release()
+		return nil, err
+	}
+	sql, after := q.held.claimStatus, int64(0) // not in id order: no cursor
+	if ix.pending {
+		sql, after = q.held.claim, s.claimCursor.start(time.Now())
+	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(setIdleTimeout, idleTimeout(p.Lease))
 	mp := payloadLimit(p.MaxPayload)
-	b.Queue(q.held.claim, p.Limit, after, int64(math.MaxInt64), mp)
+	b.Queue(sql, p.Limit, after, int64(math.MaxInt64), mp)
 	br := conn.SendBatch(ctx, b)
 	claim, err := readHeldClaim(br, q, mp)
 	if cerr := br.Close(); err == nil && cerr != nil {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -69,6 +70,10 @@ type orderedQueries struct {
 	// (NULL otherwise).
 	headsFrom string
 	headsUpTo string // the same for the aggregates up to ($3, $4) inclusive
+	// byStatus is the claim of a table without the head index (indexes.go);
+	// $1 limit, $2 lease µs, $3 window. It returns the claimed columns plus
+	// "beyond" (the window was full).
+	byStatus string
 }
 
 // orderedState is what a Store knows about its table for ordered claims.
@@ -130,6 +135,42 @@ SELECT u.*, b.beyond FROM (SELECT count(*) > $3 AS beyond FROM win) AS b LEFT JO
 			table, blocking, indent(update), async)
 		out[i].walk = payloadParam(out[i].walk, 4) // after $1 limit, $2 lease µs, $3 window
 
+		// Without the head index: the window is read from the contract's
+		// (status, next_retry_at) index (indexes.go), and the earlier rows
+		// of an aggregate are looked up in its (aggregate_type,
+		// aggregate_id) index, as many rows as the table keeps of it. The
+		// window's first rows are probed in id order (= ANY of an array
+		// walks the primary key in order, with no sort), so the claim
+		// stops probing once it has its heads, the oldest ones.
+		out[i].byStatus = payloadParam(fmt.Sprintf(`WITH due AS (
+	SELECT w.id, w.aggregate_type, w.aggregate_id FROM %[1]s AS w
+	WHERE w.status = 0 AND w.next_retry_at <= now()
+	ORDER BY w.status, w.next_retry_at
+	LIMIT $3
+), fresh AS (
+	SELECT w.id, w.aggregate_type, w.aggregate_id FROM %[1]s AS w
+	WHERE w.status = 0 AND w.next_retry_at IS NULL
+	ORDER BY w.status, w.next_retry_at
+	LIMIT (SELECT $3 - count(*) FROM due)
+), firsts AS (
+	SELECT min(x.id) AS id FROM (SELECT * FROM due UNION ALL SELECT * FROM fresh) AS x
+	GROUP BY x.aggregate_type, x.aggregate_id
+), c AS (
+	SELECT o.id FROM %[1]s AS o
+	WHERE o.id = ANY (ARRAY(SELECT id FROM firsts))
+	  AND o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
+	  AND NOT EXISTS (SELECT 1 FROM %[1]s AS p
+		WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
+		  AND p.id < o.id AND p.status IN (%[2]s))%[4]s
+	ORDER BY o.id
+	LIMIT $1
+	FOR UPDATE OF o SKIP LOCKED
+), u AS (
+%[3]s
+)
+SELECT u.*, b.beyond FROM (SELECT (SELECT count(*) FROM due) + (SELECT count(*) FROM fresh) >= $3 AS beyond) AS b
+	LEFT JOIN u ON true`, table, blocking, indent(update), async), 4)
+
 		// heads walks the head index one aggregate at a time: each step
 		// finds the first pending or dead row of the next aggregate, which is
 		// its head (for DeadSkips, the first pending row).
@@ -190,11 +231,7 @@ func (s *Store) orderedFor(ctx context.Context, q *queries) (*orderedState, erro
 		Scan(&ok); err != nil {
 		return nil, fmt.Errorf("pgstore: claim: look for the head index: %w", err)
 	}
-	async := ""
-	if s.cfg.asyncCommit {
-		async = asyncCommitFilter
-	}
-	st = &orderedState{headIndex: ok, q: buildOrderedQueries(s.ident, q, async)}
+	st = &orderedState{headIndex: ok, q: buildOrderedQueries(s.ident, q, s.asyncFilter())}
 	s.mu.Lock()
 	s.ordered = st
 	s.mu.Unlock()
@@ -209,21 +246,12 @@ func (s *Store) claimOrdered(ctx context.Context, q *queries, p outbox.ClaimPara
 	}
 	lease, mp := p.Lease.Microseconds(), payloadLimit(p.MaxPayload)
 	claim := &outbox.Claim{}
-	if !st.headIndex {
-		mode := claimOrdered
-		if p.BlockOnDead {
-			mode = claimOrderedBlockOnDead
-		}
-		if _, err := s.claimInto(ctx, claim, q, q.claim[mode], false, mp, p.Limit, lease); err != nil {
-			return nil, err
-		}
-		sortClaim(claim)
-		return claim, nil
-	}
-
 	policy := 0
 	if p.BlockOnDead {
 		policy = 1
+	}
+	if !st.headIndex {
+		return s.claimOrderedByStatus(ctx, q, st.q[policy], p)
 	}
 	oq := st.q[policy]
 	s.mu.Lock()
@@ -278,6 +306,27 @@ func (s *Store) claimOrdered(ctx context.Context, q *queries, p outbox.ClaimPara
 		for _, c := range []*outbox.Claim{from, upTo} {
 			claim.Messages = append(claim.Messages, c.Messages...)
 			claim.Malformed = append(claim.Malformed, c.Malformed...)
+		}
+	}
+	sortClaim(claim)
+	return claim, nil
+}
+
+// claimOrderedByStatus claims heads on a table without the head index: the
+// heads among a window of the first due rows, in the order of the (status,
+// next_retry_at) index; when that is short of the limit and the window was
+// full, the heads among all due rows (a claim then reads the backlog, which
+// happens when few aggregates hold it).
+func (s *Store) claimOrderedByStatus(ctx context.Context, q *queries, oq orderedQueries, p outbox.ClaimParams) (*outbox.Claim, error) {
+	lease, mp := p.Lease.Microseconds(), payloadLimit(p.MaxPayload)
+	claim := &outbox.Claim{}
+	var beyond bool
+	if err := s.claimRows(ctx, claim, q, oq.byStatus, []any{&beyond}, mp, p.Limit, lease, orderedWindow(p.Limit)); err != nil {
+		return nil, err
+	}
+	if n := claimed(claim); n < p.Limit && beyond {
+		if err := s.claimRows(ctx, claim, q, oq.byStatus, []any{&beyond}, mp, p.Limit-n, lease, int64(math.MaxInt64)); err != nil {
+			return nil, err
 		}
 	}
 	sortClaim(claim)

@@ -64,6 +64,7 @@ type Store struct {
 	q       *queries      // built from the table's columns on first use
 	archive *archiveInfo  // set once Archive has made sure of its table
 	ordered *orderedState // ordered claims: found out on first use (ordered.go)
+	indexes *tableIndexes // the claim indexes the table has: found out on first use (indexes.go)
 	cursor  orderedCursor // where the ordered skip scan stopped
 }
 
@@ -311,7 +312,7 @@ func (s *Store) queriesFor(ctx context.Context, run rowQuerier) (*queries, error
 // forget drops what the Store knows of the table's columns (after a migration).
 func (s *Store) forget() {
 	s.mu.Lock()
-	s.q, s.archive, s.ordered = nil, nil, nil
+	s.q, s.archive, s.ordered, s.indexes = nil, nil, nil, nil
 	s.mu.Unlock()
 }
 

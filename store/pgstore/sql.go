@@ -30,6 +30,7 @@ type queries struct {
 	insert       string        // $1..$8 the columns as arrays
 	insertNotify string        // insert, and NOTIFY channel $9 when the transaction commits
 	claim        [3]string     // unordered, ordered, ordered with dead rows blocking
+	claimStatus  string        // unordered, on the (status, next_retry_at) index (indexes.go); $1 limit, $2 lease µs
 	ack          string
 	del          string
 	reschedule   string
@@ -112,6 +113,14 @@ type buildOptions struct {
 // statement) that sets synchronous_commit = off for the statement's own
 // implicit transaction, so WithAsyncCommit costs no extra round trip.
 const asyncCommitFilter = "\n\tAND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL"
+
+// asyncFilter is asyncCommitFilter with WithAsyncCommit, "" otherwise.
+func (s *Store) asyncFilter() string {
+	if s.cfg.asyncCommit {
+		return asyncCommitFilter
+	}
+	return ""
+}
 
 func buildQueries(table string, cols map[string]string, opt buildOptions) (*queries, error) {
 	async := ""
@@ -209,6 +218,37 @@ WHERE o.id = c.id
 RETURNING %[2]s`, table, q.columnList, nextAttempt("o.retry_count"))
 		q.claim[i] = payloadParam(q.claim[i], claimPayloadParam(i))
 	}
+
+	// Without the pending index (indexes.go): a window of the due rows,
+	// then the rows never claimed, each an ordered range of the (status,
+	// next_retry_at) index, so that neither sent nor leased rows are read;
+	// the claim takes the oldest rows of the window.
+	q.claimStatus = fmt.Sprintf(`WITH due AS (
+	SELECT o.id FROM %[1]s AS o
+	WHERE o.status = 0 AND o.next_retry_at <= now()
+	ORDER BY o.status, o.next_retry_at
+	LIMIT greatest(4 * $1, 256)
+), fresh AS (
+	SELECT o.id FROM %[1]s AS o
+	WHERE o.status = 0 AND o.next_retry_at IS NULL
+	ORDER BY o.status, o.next_retry_at
+	LIMIT (SELECT greatest(4 * $1, 256) - count(*) FROM due)
+), c AS (
+	SELECT o.id FROM %[1]s AS o
+	WHERE o.id = ANY (ARRAY(SELECT id FROM due UNION ALL SELECT id FROM fresh))
+	  AND o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())%[4]s
+	ORDER BY o.id
+	LIMIT $1
+	FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE %[1]s AS o
+SET retry_count = %[3]s,
+	next_retry_at = now() + $2::bigint * interval '1 microsecond',
+	updated_at = now()
+FROM c
+WHERE o.id = c.id
+RETURNING %[2]s`, table, q.columnList, nextAttempt("o.retry_count"), async)
+	q.claimStatus = payloadParam(q.claimStatus, 3)
 
 	// The fence every later statement shares: the row is still pending and
 	// its retry_count is still the attempt the claim handed out.

@@ -96,6 +96,19 @@ func (s *Store) claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	if p.Ordered {
 		return s.claimOrdered(ctx, q, p)
 	}
+	ix, err := s.indexesFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !ix.pending { // indexes.go
+		claim := &outbox.Claim{}
+		if _, err := s.claimInto(ctx, claim, q, q.claimStatus, false, payloadLimit(p.MaxPayload),
+			p.Limit, p.Lease.Microseconds()); err != nil {
+			return nil, err
+		}
+		sortClaim(claim)
+		return claim, nil
+	}
 	return s.fromCursor(p.Limit, func(limit int, lo, hi int64) (*outbox.Claim, error) {
 		claim := &outbox.Claim{}
 		_, err := s.claimInto(ctx, claim, q, q.claim[claimUnordered], false, payloadLimit(p.MaxPayload),

@@ -156,22 +156,33 @@ func (s *Store) claimSQL(cols columns, p outbox.ClaimParams) (string, []string) 
 	t := s.table.quoted()
 	sel := selectColumns(cols)
 	var b strings.Builder
-	b.WriteString(claimUpdate(t) + " WHERE id IN (SELECT c.id FROM " + t + " AS c")
-	if cols.pendingIndex {
-		// Left to itself the planner prefers the covering (status,
-		// next_retry_at) index and sorts every pending row by id.
-		b.WriteString(" INDEXED BY " + quoteIdent(s.table.pendingIndex()))
-	}
-	b.WriteString(" WHERE c.status = 0 AND COALESCE(julianday(c.next_retry_at, 'auto'), 0) <= julianday(?2)")
+	ordered := ""
 	if p.Ordered {
 		blocking := "0"
 		if p.BlockOnDead {
 			blocking = "0, 2"
 		}
-		b.WriteString(" AND NOT EXISTS (SELECT 1 FROM " + t + " AS h WHERE h.aggregate_type = c.aggregate_type" +
-			" AND h.aggregate_id = c.aggregate_id AND h.id < c.id AND h.status IN (" + blocking + "))")
+		ordered = " AND NOT EXISTS (SELECT 1 FROM " + t + " AS h WHERE h.aggregate_type = c.aggregate_type" +
+			" AND h.aggregate_id = c.aggregate_id AND h.id < c.id AND h.status IN (" + blocking + "))"
 	}
-	b.WriteString(" ORDER BY c.id LIMIT ?3) RETURNING " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)))
+	const due = "COALESCE(julianday(c.next_retry_at, 'auto'), 0) <= julianday(?2)"
+	b.WriteString(claimUpdate(t) + " WHERE id IN (")
+	if cols.pendingIndex {
+		// Left to itself the planner prefers the covering (status,
+		// next_retry_at) index and sorts every pending row by id.
+		b.WriteString("SELECT c.id FROM " + t + " AS c INDEXED BY " + quoteIdent(s.table.pendingIndex()) +
+			" WHERE c.status = 0 AND " + due + ordered + " ORDER BY c.id LIMIT ?3")
+	} else {
+		// Without it (a table with only the contract's indexes) the planner
+		// walks the rowids past every sent row kept. The rows never claimed
+		// (next_retry_at NULL) are one range of the (status, next_retry_at)
+		// index, in rowid order; the others (leased, or waiting out a
+		// backoff: few) another, sorted. The claim takes the oldest of both.
+		b.WriteString("SELECT id FROM (SELECT id FROM (SELECT c.id FROM " + t + " AS c WHERE c.status = 0 AND c.next_retry_at IS NULL" +
+			ordered + " ORDER BY c.next_retry_at, c.id LIMIT ?3) UNION ALL SELECT id FROM (SELECT c.id FROM " + t +
+			" AS c WHERE c.status = 0 AND c.next_retry_at IS NOT NULL AND " + due + ordered + " ORDER BY +c.id LIMIT ?3)) ORDER BY id LIMIT ?3")
+	}
+	b.WriteString(") RETURNING " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)))
 	return b.String(), sel
 }
 

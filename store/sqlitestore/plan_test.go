@@ -3,11 +3,13 @@ package sqlitestore
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/storetest"
 )
 
 // TestClaimPlan checks that a claim walks the pending-rows index in id order
@@ -47,4 +49,85 @@ func TestClaimPlan(t *testing.T) {
 			require.Contains(t, all, "outbox_message_head", "the head check uses the head index (migration 0003): %s", all)
 		}
 	}
+}
+
+// TestClaimPlanContractOnly checks that on a table with only the contract's
+// indexes a claim reads ranges of the (status, next_retry_at) index instead
+// of walking the rowids past every sent row kept, then that claims on it
+// take every due row once, in id order.
+func TestClaimPlanContractOnly(t *testing.T) {
+	t.Parallel()
+	db, err := Open(testsvc.SQLitePath(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	ctx := t.Context()
+	_, err = db.ExecContext(ctx, `CREATE TABLE legacy (id INTEGER PRIMARY KEY AUTOINCREMENT, message_id VARCHAR(64) UNIQUE,
+		aggregate_type VARCHAR(64), aggregate_id VARCHAR(64), event_type VARCHAR(64), payload JSON,
+		status SMALLINT NOT NULL DEFAULT 0, retry_count INT NOT NULL DEFAULT 0, next_retry_at DATETIME NULL,
+		created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP);
+	CREATE INDEX legacy_status_next_retry ON legacy (status, next_retry_at);
+	CREATE INDEX legacy_aggregate ON legacy (aggregate_type, aggregate_id);
+	WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5300)
+	INSERT INTO legacy (message_id, aggregate_type, aggregate_id, event_type, payload, status, next_retry_at)
+	SELECT 'm' || i, 'order', 'a' || (i % 300), 'E', '{}', IIF(i <= 5000, 1, 0),
+		CASE WHEN i <= 5000 THEN '2024-01-01 00:00:00' WHEN i = 5290 THEN '2024-01-01 00:00:00'
+		WHEN i = 5291 THEN '9999-01-01 00:00:00' END FROM n;
+	ANALYZE`)
+	require.NoError(t, err)
+	s, err := New(db, WithTable("legacy"))
+	require.NoError(t, err)
+	cols, err := s.columns(ctx, db)
+	require.NoError(t, err)
+	require.False(t, cols.pendingIndex)
+
+	now := formatTime(time.Now())
+	for _, p := range []outbox.ClaimParams{{Limit: 10}, {Limit: 10, Ordered: true}, {Limit: 10, Ordered: true, BlockOnDead: true}} {
+		q, _ := s.claimSQL(cols, p)
+		all := queryPlan(t, db, q, now, now, 10)
+		plan := strings.Split(all, "; ")
+		require.NotContains(t, plan, "SCAN c", "ordered=%v: a walk of every row: %s", p.Ordered, all)
+		require.Contains(t, all, "INDEX legacy_status_next_retry (status=? AND next_retry_at=?)", "ordered=%v: %s", p.Ordered, all)
+	}
+
+	seen := map[int64]bool{}
+	for {
+		c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 50, Lease: time.Hour})
+		require.NoError(t, err)
+		if len(c.Messages) == 0 {
+			break
+		}
+		for i, m := range c.Messages {
+			require.False(t, seen[m.RowID], "row %d claimed twice", m.RowID)
+			seen[m.RowID] = true
+			if i > 0 {
+				require.Less(t, c.Messages[i-1].RowID, m.RowID)
+			}
+		}
+	}
+	require.Len(t, seen, 300-1, "every due row")
+	require.True(t, seen[5290], "the due retry")
+	require.False(t, seen[5291], "the row waiting out its backoff")
+}
+
+// TestMissingIndexes checks that a table with only the contract's indexes
+// is told the indexes claims would use, with statements that create them,
+// and that after those statements, as on a migrated table, none is missing.
+func TestMissingIndexes(t *testing.T) {
+	t.Parallel()
+	db, err := Open(testsvc.SQLitePath(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	ctx := t.Context()
+	_, err = db.ExecContext(ctx, `CREATE TABLE legacy (id INTEGER PRIMARY KEY AUTOINCREMENT, status INTEGER NOT NULL DEFAULT 0,
+		next_retry_at TEXT, aggregate_type TEXT, aggregate_id TEXT)`)
+	require.NoError(t, err)
+	s, err := New(db, WithTable("legacy"))
+	require.NoError(t, err)
+	migrated, err := New(db)
+	require.NoError(t, err)
+	require.NoError(t, migrated.Migrate(ctx))
+	storetest.CheckMissingIndexes(t, s, migrated, func(sql string) {
+		_, err := db.ExecContext(ctx, sql)
+		require.NoError(t, err)
+	}, 2)
 }

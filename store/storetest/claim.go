@@ -13,14 +13,18 @@ import (
 	"github.com/outboxkit/outbox/internal/testsvc"
 )
 
-func (s *suite) claimInIDOrder(t *testing.T) {
+func (s *suite) claimInIDOrder(t *testing.T) { s.onBothTables(t, s.checkClaimInIDOrder) }
+
+// onBothTables runs check on a migrated table and on one with only the
+// contract's columns and indexes, in parallel subtests.
+func (s *suite) onBothTables(t *testing.T, check func(t *testing.T, f *fx)) {
 	t.Run("MigratedTable", func(t *testing.T) {
 		t.Parallel()
-		s.checkClaimInIDOrder(t, s.fresh(t))
+		check(t, s.fresh(t))
 	})
 	t.Run("ContractOnlyTable", func(t *testing.T) {
 		t.Parallel()
-		s.checkClaimInIDOrder(t, s.contract(t))
+		check(t, s.contract(t))
 	})
 }
 

@@ -9,8 +9,9 @@ import (
 	"github.com/outboxkit/outbox"
 )
 
-func (s *suite) ordered(t *testing.T) {
-	f := s.fresh(t)
+func (s *suite) ordered(t *testing.T) { s.onBothTables(t, s.checkOrdered) }
+
+func (s *suite) checkOrdered(t *testing.T, f *fx) {
 	ids := f.write(
 		newMsg("order", "A", 1), // 0
 		newMsg("order", "B", 1), // 1
