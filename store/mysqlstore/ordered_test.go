@@ -54,29 +54,10 @@ func claimOrdered(t *testing.T, s *Store, limit int, blockOnDead bool) ([]string
 	return got, c.Messages
 }
 
+// explain returns EXPLAIN q, a line a row (see explainRows).
 func explain(t *testing.T, db *sql.DB, q string, args ...any) string {
 	t.Helper()
-	rows, err := db.QueryContext(t.Context(), "EXPLAIN "+q, args...)
-	require.NoError(t, err)
-	defer rows.Close()
-	cols, err := rows.Columns()
-	require.NoError(t, err)
-	var plan []string
-	for rows.Next() {
-		vals := make([]sql.NullString, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		require.NoError(t, rows.Scan(ptrs...))
-		var line []string
-		for i, c := range cols {
-			line = append(line, c+"="+vals[i].String)
-		}
-		plan = append(plan, strings.Join(line, " "))
-	}
-	require.NoError(t, rows.Err())
-	return strings.Join(plan, "\n")
+	return strings.Join(explainRows(t, db, q, args...), "\n")
 }
 
 // TestOrderedClaimPlans checks the plans that keep an ordered claim cheap on
