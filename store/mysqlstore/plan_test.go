@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -129,21 +128,7 @@ func TestClaimPlanContractOnly(t *testing.T) {
 	}
 
 	// Every pending row but the one waiting, once, over claims of 50.
-	seen := map[int64]bool{}
-	for {
-		c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 50, Lease: time.Hour})
-		require.NoError(t, err)
-		if len(c.Messages) == 0 {
-			break
-		}
-		for i, m := range c.Messages {
-			require.False(t, seen[m.RowID], "row %d claimed twice", m.RowID)
-			seen[m.RowID] = true
-			if i > 0 {
-				require.Less(t, c.Messages[i-1].RowID, m.RowID, "a claim's rows are in id order")
-			}
-		}
-	}
+	seen := storetest.ClaimAll(t, s, 50)
 	require.Len(t, seen, 3000-2700+1-1)
 	require.False(t, seen[2991], "the row waiting out its backoff")
 	require.True(t, seen[2990], "the due retry")

@@ -89,21 +89,7 @@ func TestClaimPlanContractOnly(t *testing.T) {
 		require.Contains(t, all, "INDEX legacy_status_next_retry (status=? AND next_retry_at=?)", "ordered=%v: %s", p.Ordered, all)
 	}
 
-	seen := map[int64]bool{}
-	for {
-		c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 50, Lease: time.Hour})
-		require.NoError(t, err)
-		if len(c.Messages) == 0 {
-			break
-		}
-		for i, m := range c.Messages {
-			require.False(t, seen[m.RowID], "row %d claimed twice", m.RowID)
-			seen[m.RowID] = true
-			if i > 0 {
-				require.Less(t, c.Messages[i-1].RowID, m.RowID)
-			}
-		}
-	}
+	seen := storetest.ClaimAll(t, s, 50)
 	require.Len(t, seen, 300-1, "every due row")
 	require.True(t, seen[5290], "the due retry")
 	require.False(t, seen[5291], "the row waiting out its backoff")
