@@ -11,7 +11,6 @@ const (
 	ResultRetry       Result = "retry"       // failed, rescheduled with backoff
 	ResultDead        Result = "dead"        // marked dead (attempts used, permanent failure, malformed)
 	ResultUnavailable Result = "unavailable" // destination down; rescheduled without counting the attempt
-	ResultFenced      Result = "fenced"      // published, but another relay took the row over first
 )
 
 // MessageEvent describes one message's attempt, for [HookMessage].

@@ -181,10 +181,6 @@ func TestErrorClasses(t *testing.T) {
 	require.ErrorIs(t, p, base)
 	require.ErrorIs(t, fmt.Errorf("wrapped: %w", u), ErrUnavailable)
 	require.Equal(t, "boom", p.Error())
-
-	pe := &PublishError{MessageID: "m", Attempt: 2, Err: p}
-	require.True(t, IsPermanent(pe))
-	require.Contains(t, pe.Error(), "attempt 2")
 }
 
 func TestWholeBatchUnavailable(t *testing.T) {

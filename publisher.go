@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"errors"
-	"fmt"
 )
 
 // Publisher sends a batch of messages to a broker. Publish returns exactly
@@ -78,20 +77,6 @@ func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
 
 // IsUnavailable reports whether err was marked with [Unavailable].
 func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
-
-// PublishError is the error a relay records for a message that failed.
-type PublishError struct {
-	MessageID string
-	Attempt   int
-	Err       error
-}
-
-func (e *PublishError) Error() string {
-	return fmt.Sprintf("outbox: publish %s (attempt %d): %v", e.MessageID, e.Attempt, e.Err)
-}
-
-// Unwrap returns the publisher's error.
-func (e *PublishError) Unwrap() error { return e.Err }
 
 // ErrorsFor returns a slice of n copies of err, for a publisher whose whole
 // batch failed the same way.

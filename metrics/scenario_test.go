@@ -131,7 +131,7 @@ func TestScriptedScenario(t *testing.T) {
 	stop()
 
 	require.NoError(t, testutil.GatherAndCompare(b.reg, strings.NewReader(`
-# HELP outbox_relay_published_total Messages the relay tried to publish, by result (sent, retry, dead, unavailable, fenced) and destination.
+# HELP outbox_relay_published_total Messages the relay tried to publish, by result (sent, retry, dead, unavailable) and destination.
 # TYPE outbox_relay_published_total counter
 outbox_relay_published_total{destination="ORDER_CREATED",relay="orders",result="sent"} 20
 outbox_relay_published_total{destination="ORDER_PAID",relay="orders",result="retry"} 5
