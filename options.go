@@ -128,6 +128,13 @@ func (c *relayConfig) validate() error {
 		"WithProbeInterval: %v..%v is not a positive range", c.probeInterval, c.maxProbeInterval)
 	check(c.logger != nil, "WithLogger: logger is nil")
 	check(c.deadPolicy == DeadBlocks || c.deadPolicy == DeadSkips, "WithOrdering: unknown dead policy %d", c.deadPolicy)
+	for i, h := range c.hooks {
+		switch h.(type) {
+		case HookBatch, HookClaim, HookMessage, HookDestination:
+		default:
+			errs = append(errs, fmt.Errorf("WithHooks: hook %d (%T) implements none of HookBatch, HookClaim, HookMessage, HookDestination", i, h))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -305,9 +312,10 @@ func WithLogger(l *slog.Logger) RelayOption { return func(c *relayConfig) { c.lo
 // WithName names the relay in logs and metrics. Default: empty.
 func WithName(name string) RelayOption { return func(c *relayConfig) { c.name = name } }
 
-// WithHooks adds observers of the relay. Each hook may implement any of the
-// Hook* interfaces ([HookBatch], [HookClaim], [HookMessage], [HookDestination]); the relay calls them
-// synchronously, so they must be fast. Default: none.
+// WithHooks adds observers of the relay. Each hook implements one or more of
+// [HookBatch], [HookClaim], [HookMessage] and [HookDestination]; a hook that
+// implements none of them (or is nil) makes [NewRelay] return an error. The
+// relay calls them synchronously, so they must be fast. Default: none.
 func WithHooks(hooks ...any) RelayOption {
 	return func(c *relayConfig) { c.hooks = append(c.hooks, hooks...) }
 }

@@ -21,6 +21,10 @@ func TestRelayOptionsValidate(t *testing.T) {
 		{"LeaseTooShort", []RelayOption{WithLease(time.Second)}, []string{"WithLease"}},
 		{"Several", []RelayOption{WithBatchSize(-1), WithPollInterval(0), WithLogger(nil)},
 			[]string{"WithBatchSize", "WithPollInterval", "WithLogger"}},
+		{"HookOfOneKind", []RelayOption{WithHooks(batchHook{})}, nil},
+		{"HookOfNoKind", []RelayOption{WithHooks(batchHook{}, func(BatchEvent) {})},
+			[]string{"WithHooks: hook 1 (func(outbox.BatchEvent))"}},
+		{"NilHook", []RelayOption{WithHooks(nil)}, []string{"WithHooks: hook 0 (<nil>)"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -41,6 +45,11 @@ func TestRelayOptionsValidate(t *testing.T) {
 		})
 	}
 }
+
+// batchHook implements HookBatch only.
+type batchHook struct{}
+
+func (batchHook) OnBatch(BatchEvent) {}
 
 func TestBackoff(t *testing.T) {
 	t.Parallel()
