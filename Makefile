@@ -21,11 +21,11 @@ build:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./store/... ./bench/...
 
-# The fault-injection matrix (chaos/): every database x broker x fault, 30 s of load each, relays built with -race.
+# The fault-injection matrix (internal/chaos): every database x broker x fault, 30 s of load each, relays built with -race.
 # Reports go to docs/guarantees-last-run.json; `go test ./...` runs a short form of it.
 chaos:
 	OUTBOX_CHAOS=full OUTBOX_CHAOS_REPORT=$(CURDIR)/docs/guarantees-last-run.json \
-		$(GO) test -race -count=1 -timeout 120m -run '^TestChaos$$' -v ./chaos
+		$(GO) test -race -count=1 -timeout 120m -run '^TestChaos$$' -v ./internal/chaos
 
 # The soak (internal/soak): 1,000,000 messages at a steady 1,200/s, PostgreSQL -> NATS, two relay processes restarted
 # along the way; checks delivery, flat relay memory, a bounded table and the relays' logs (about a quarter of an hour).

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/chaos"
+	"github.com/outboxkit/outbox/internal/chaos"
 )
 
 // Check judges a run from its history: here one message was committed and

@@ -34,7 +34,7 @@
 //
 // # Running
 //
-// `go test ./chaos` runs a short form (seconds per scenario, six cells);
+// `go test ./internal/chaos` runs a short form (seconds per scenario, six cells);
 // `make chaos` sets OUTBOX_CHAOS=full and runs every cell longer, writing
 // every report to docs/guarantees-last-run.json. OUTBOX_CHAOS_SEED replays
 // a run's schedule, OUTBOX_CHAOS_LOAD sets how long producers run, and

@@ -57,7 +57,7 @@ func (b *binaries) get(t *testing.T) (outboxBin, natsBin string) {
 		if b.err = os.Chmod(b.dir, 0o755); b.err != nil {
 			return
 		}
-		root, err := filepath.Abs("..")
+		root, err := filepath.Abs("../..")
 		if err != nil {
 			b.err = err
 			return
