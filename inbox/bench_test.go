@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/outboxkit/outbox/inbox"
+	"github.com/outboxkit/outbox/inbox/redisfilter"
 	"github.com/outboxkit/outbox/internal/testsvc"
 )
 
@@ -27,7 +28,7 @@ func BenchmarkProcess(b *testing.B) {
 					rdb := redisClient(b, "")
 					prefix := "inbox_bench:" + testsvc.Name(b) + ":"
 					b.Cleanup(func() { deleteKeys(b, rdb, prefix) })
-					f, err := inbox.NewRedisFilter(rdb, inbox.WithRedisPrefix(prefix))
+					f, err := redisfilter.New(rdb, redisfilter.WithPrefix(prefix))
 					if err != nil {
 						b.Fatal(err)
 					}

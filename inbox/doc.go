@@ -40,18 +40,11 @@
 // [Inbox.Migrate] creates the tables from the migrations embedded in the
 // package (migrations/<dialect>/).
 //
-// # Redis pre-filter
+// # Pre-filter
 //
-// [WithFilter] with a [RedisFilter] lets duplicates skip the database: a
-// message that Redis knows was committed returns Duplicate after one round
-// trip. The database stays the source of truth. Redis marks a message done
-// only after the inbox transaction committed; a Redis that is down or slow
-// (each call is bounded by WithFilterTimeout, then bypassed for
-// WithFilterCooldown) or that lost its keys makes the inbox ask the
-// database, which decides. A first delivery costs two Redis round trips more
-// than without the filter, so the filter pays off when duplicates are
-// common or the database is the bottleneck (BenchmarkProcess measures both
-// paths).
+// [WithFilter] puts a fast, fallible check (package inbox/redisfilter, on
+// Redis) in front of the table, so duplicates can skip the database; the
+// table stays the source of truth, and a filter that fails only costs speed.
 //
 // # Business-state guard and sequence guard
 //

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/inbox"
+	"github.com/outboxkit/outbox/inbox/redisfilter"
 	"github.com/outboxkit/outbox/internal/faultproxy"
 	"github.com/outboxkit/outbox/internal/testsvc"
 	"github.com/redis/go-redis/v9"
@@ -34,7 +35,7 @@ type filterSetup struct {
 	proxy  *faultproxy.Proxy
 	rdb    *redis.Client // through the proxy
 	direct *redis.Client // straight to Redis, for the test's own checks
-	filter *inbox.RedisFilter
+	filter *redisfilter.Filter
 	prefix string
 	tally  *tally
 	calls  atomic.Int64 // Claim calls
@@ -50,7 +51,7 @@ func newFilterSetup(t *testing.T, d inbox.Dialect) *filterSetup {
 	s.prefix = "inbox_test:" + testsvc.Name(t) + ":"
 	t.Cleanup(func() { deleteKeys(t, s.direct, s.prefix) })
 	var err error
-	s.filter, err = inbox.NewRedisFilter(s.rdb, inbox.WithRedisPrefix(s.prefix))
+	s.filter, err = redisfilter.New(s.rdb, redisfilter.WithPrefix(s.prefix))
 	require.NoError(t, err)
 	return s
 }
@@ -268,15 +269,4 @@ func (f countingFilter) Done(ctx context.Context, consumer, id string) error {
 
 func (f countingFilter) Release(ctx context.Context, consumer, id, token string) error {
 	return f.count(f.Filter.Release(ctx, consumer, id, token))
-}
-
-func TestNewRedisFilterValidates(t *testing.T) {
-	t.Parallel()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer rdb.Close()
-	_, err := inbox.NewRedisFilter(rdb, inbox.WithRedisTTL(0, time.Second))
-	require.ErrorContains(t, err, "WithRedisTTL")
-	f, err := inbox.NewRedisFilter(rdb)
-	require.NoError(t, err)
-	require.Equal(t, "inbox:c:m", f.Key("c", "m"))
 }

@@ -108,7 +108,7 @@ func WithRetention(d time.Duration) Option { return func(c *config) { c.retentio
 // DefaultPurgeBatchSize (1000).
 func WithPurgeBatchSize(n int) Option { return func(c *config) { c.purgeBatch = n } }
 
-// WithFilter puts a fast pre-filter (such as [RedisFilter]) in front of the
+// WithFilter puts a fast pre-filter (such as redisfilter.Filter, on Redis) in front of the
 // inbox table. The table stays the source of truth: the filter only lets a
 // duplicate skip the database when it is sure the message was committed, and
 // a filter that fails, times out or forgot its keys only costs speed.

@@ -52,8 +52,7 @@ func newBroker(t *testing.T) *broker {
 	b := &broker{js: js, stream: name, dead: name + "_dead", seen: map[string]bool{}}
 	ctx := context.Background()
 	require.NoError(t, natspub.EnsureStream(ctx, js, name, []string{name + ".>"}, 0))
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: b.dead, Subjects: []string{b.dead}})
-	require.NoError(t, err)
+	testsvc.CreateStream(t, js, jetstream.StreamConfig{Name: b.dead, Subjects: []string{b.dead}})
 	t.Cleanup(func() {
 		_ = js.DeleteStream(context.Background(), b.stream)
 		_ = js.DeleteStream(context.Background(), b.dead)

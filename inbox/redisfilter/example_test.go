@@ -1,4 +1,4 @@
-package inbox_test
+package redisfilter_test
 
 import (
 	"context"
@@ -12,11 +12,12 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/inbox"
+	"github.com/outboxkit/outbox/inbox/redisfilter"
 )
 
 // An inbox on PostgreSQL (through a pgx pool) with the Redis pre-filter in
 // front of it, and the purge of old rows running beside the consumer.
-func ExampleRedisFilter() {
+func ExampleNew() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, "postgres://postgres@localhost:5432/shop")
 	if err != nil {
@@ -25,7 +26,7 @@ func ExampleRedisFilter() {
 	db := stdlib.OpenDBFromPool(pool)
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 
-	filter, err := inbox.NewRedisFilter(rdb, inbox.WithRedisPrefix("shop:inbox:"))
+	filter, err := redisfilter.New(rdb, redisfilter.WithPrefix("shop:inbox:"))
 	if err != nil {
 		log.Fatal(err)
 	}
