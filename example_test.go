@@ -94,7 +94,7 @@ func ExampleWriter_Write_validation() {
 	ctx := context.Background()
 	db, store, cleanup := openExampleDB()
 	defer cleanup()
-	writer := outbox.NewWriter[*sql.Tx](store, outbox.WithMaxPayloadSize(1024))
+	writer := outbox.NewWriter[*sql.Tx](store, outbox.WithWriterMaxPayloadSize(1024))
 
 	tx, _ := db.BeginTx(ctx, nil)
 	defer tx.Rollback()

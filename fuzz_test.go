@@ -95,7 +95,7 @@ func FuzzMessageValidate(f *testing.F) {
 
 		// The same message through the public write path, behind a valid one.
 		ins := &fuzzInserter{}
-		w := NewWriter[struct{}](ins, WithMaxPayloadSize(maxPayload))
+		w := NewWriter[struct{}](ins, WithWriterMaxPayloadSize(maxPayload))
 		ok := &Message{AggregateType: "order", AggregateID: "1", EventType: "E", Payload: []byte(`0`)} // fits any limit
 		werr := w.Write(context.Background(), struct{}{}, ok, m)
 		if len(bad) > 0 {

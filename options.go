@@ -152,7 +152,9 @@ func span(lo, hi int) string {
 // (at-least-once), and what the relay holds in memory.
 func (c *relayConfig) duplicatesBound() int { return c.maxBatch * c.maxInFlight }
 
-// RelayOption configures a [Relay].
+// RelayOption configures a [Relay]. The Relay is the package's main type, so
+// its options are plain With<Setting>; those of other types carry the type's
+// name ([WithWriterMaxPayloadSize]).
 type RelayOption func(*relayConfig)
 
 // WithBatchSize fixes how many rows one claim takes, at n, instead of
@@ -298,13 +300,19 @@ func WithOrdering(on bool, policy DeadPolicy) RelayOption {
 	return func(c *relayConfig) { c.ordered, c.deadPolicy = on, policy }
 }
 
-// WithRelayMaxPayloadSize sets the largest payload the relay sends; a larger
+// WithMaxPayloadSize sets the largest payload the relay sends; a larger
 // row (written by another program) is marked dead at once, with the
 // payload's size in the reason. The relay passes the limit to the claim
 // (ClaimParams.MaxPayload), so the stores of this module never read such a
-// payload into memory, only its size. 0 or less means no limit. Default:
+// payload into memory, only its size. 0 or less means no limit. (The
+// Writer's limit is [WithWriterMaxPayloadSize].) Default:
 // DefaultMaxPayloadSize (1 MiB).
-func WithRelayMaxPayloadSize(n int) RelayOption { return func(c *relayConfig) { c.maxPayload = n } }
+func WithMaxPayloadSize(n int) RelayOption { return func(c *relayConfig) { c.maxPayload = n } }
+
+// WithRelayMaxPayloadSize is [WithMaxPayloadSize].
+//
+// Deprecated: use WithMaxPayloadSize.
+func WithRelayMaxPayloadSize(n int) RelayOption { return WithMaxPayloadSize(n) }
 
 // WithLogger sets the logger. Default: discard.
 func WithLogger(l *slog.Logger) RelayOption { return func(c *relayConfig) { c.logger = l } }

@@ -34,12 +34,15 @@ type writerConfig struct {
 	maxPayload int
 }
 
-// WriterOption configures a [Writer].
+// WriterOption configures a [Writer]. Its options are named
+// WithWriter<Setting> (see [RelayOption]).
 type WriterOption func(*writerConfig)
 
-// WithMaxPayloadSize sets the largest payload, in bytes, that Write accepts;
-// 0 or less means no limit. Default: DefaultMaxPayloadSize (1 MiB).
-func WithMaxPayloadSize(n int) WriterOption { return func(c *writerConfig) { c.maxPayload = n } }
+// WithWriterMaxPayloadSize sets the largest payload, in bytes, that Write
+// accepts; 0 or less means no limit. (The relay's own limit, for rows other
+// programs write, is [WithMaxPayloadSize].) Default: DefaultMaxPayloadSize
+// (1 MiB).
+func WithWriterMaxPayloadSize(n int) WriterOption { return func(c *writerConfig) { c.maxPayload = n } }
 
 // NewWriter returns a Writer that inserts through ins (a store). It panics if
 // ins is nil, a programmer error.

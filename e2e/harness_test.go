@@ -78,7 +78,7 @@ func postgresBackend(t *testing.T, contractOnly bool) *backend {
 	if !contractOnly {
 		require.NoError(t, st.Migrate(ctx))
 	}
-	w := outbox.NewWriter[pgx.Tx](st, outbox.WithMaxPayloadSize(4<<20))
+	w := outbox.NewWriter[pgx.Tx](st, outbox.WithWriterMaxPayloadSize(4<<20))
 	return (&backend{
 		name: "postgres", dsn: dsn, table: table, store: st, now: "now()",
 		tx: func(ctx context.Context, fn func(write func(msgs ...*outbox.Message) error) error) error {
@@ -126,7 +126,7 @@ func sqliteBackend(t *testing.T, contractOnly bool) *backend {
 	if !contractOnly {
 		require.NoError(t, st.Migrate(ctx))
 	}
-	w := outbox.NewWriter[*sql.Tx](st, outbox.WithMaxPayloadSize(4<<20))
+	w := outbox.NewWriter[*sql.Tx](st, outbox.WithWriterMaxPayloadSize(4<<20))
 	return (&backend{
 		name: "sqlite", dsn: "sqlite://" + path, table: table, store: st,
 		now:   "strftime('%Y-%m-%d %H:%M:%f', 'now')",
@@ -179,7 +179,7 @@ func mysqlBackend(t *testing.T, contractOnly bool) *backend {
 	if !contractOnly {
 		require.NoError(t, st.Migrate(ctx))
 	}
-	w := outbox.NewWriter[*sql.Tx](st, outbox.WithMaxPayloadSize(4<<20))
+	w := outbox.NewWriter[*sql.Tx](st, outbox.WithWriterMaxPayloadSize(4<<20))
 	return (&backend{
 		name: "mysql", dsn: mysqlURL(t, dsn), table: table, store: st, now: "UTC_TIMESTAMP(6)",
 		tx:    sqlTx(db, w),

@@ -294,7 +294,7 @@ func TestPoisonMessages(t *testing.T) {
 			require.NoError(t, be.write(ctx, true, unroutable, tooBig))
 			good := produce(t, be, 300, 30)
 
-			runRelay(t, be.store, br.publisher(t), outbox.WithMaxAttempts(3), outbox.WithRelayMaxPayloadSize(0))
+			runRelay(t, be.store, br.publisher(t), outbox.WithMaxAttempts(3), outbox.WithMaxPayloadSize(0))
 			br.waitDistinct(t, len(good), 30*time.Second)
 			deadline := time.Now().Add(30 * time.Second)
 			for mustCount(t, be, "status = 2") != 2 {

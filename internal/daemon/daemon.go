@@ -360,7 +360,7 @@ func (d *Daemon) relayOptions(i int, hooks []any) []outbox.RelayOption {
 		outbox.WithProbeInterval(c.ProbeInterval, c.MaxProbeInterval),
 		outbox.WithDeleteSent(c.DeleteSent),
 		outbox.WithOrdering(c.Ordering, c.RelayDeadPolicy()),
-		outbox.WithRelayMaxPayloadSize(c.MaxPayload),
+		outbox.WithMaxPayloadSize(c.MaxPayload),
 		outbox.WithLogger(d.log),
 		outbox.WithName(fmt.Sprintf("%s-%d", c.Name, i+1)),
 	}

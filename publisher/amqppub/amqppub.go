@@ -20,10 +20,14 @@ import (
 
 // Defaults of the Publisher's options.
 const (
-	// DefaultMaxMessageSize is the largest body Publish sends (16 MiB, the
+	// DefaultMaxPayloadSize is the largest payload (the AMQP body) Publish sends (16 MiB, the
 	// default max_message_size of RabbitMQ 4); a larger one fails at once
 	// with [outbox.Permanent].
-	DefaultMaxMessageSize = 16 << 20
+	DefaultMaxPayloadSize = 16 << 20
+	// DefaultMaxMessageSize is DefaultMaxPayloadSize.
+	//
+	// Deprecated: use DefaultMaxPayloadSize.
+	DefaultMaxMessageSize = DefaultMaxPayloadSize
 	// DefaultMaxChannels is how many AMQP channels (so how many concurrent
 	// Publish calls) a Publisher uses at most.
 	DefaultMaxChannels = 4
@@ -73,7 +77,7 @@ type config struct {
 	keyPrefix      string
 	mandatory      bool
 	unroutableDead bool
-	maxMessageSize int
+	maxPayload     int
 	maxChannels    int
 	dialTimeout    time.Duration
 	minBackoff     time.Duration
@@ -84,13 +88,13 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		mandatory:      true,
-		maxMessageSize: DefaultMaxMessageSize,
-		maxChannels:    DefaultMaxChannels,
-		dialTimeout:    DefaultDialTimeout,
-		minBackoff:     DefaultMinBackoff,
-		maxBackoff:     DefaultMaxBackoff,
-		logger:         slog.New(slog.DiscardHandler),
+		mandatory:   true,
+		maxPayload:  DefaultMaxPayloadSize,
+		maxChannels: DefaultMaxChannels,
+		dialTimeout: DefaultDialTimeout,
+		minBackoff:  DefaultMinBackoff,
+		maxBackoff:  DefaultMaxBackoff,
+		logger:      slog.New(slog.DiscardHandler),
 	}
 }
 
@@ -103,7 +107,7 @@ func (c *config) validate() error {
 	}
 	check(len(c.exchange) <= maxShortString, "WithExchange: name is %d bytes, longer than %d", len(c.exchange), maxShortString)
 	check(len(c.keyPrefix) < maxShortString, "WithRoutingKeyPrefix: %d bytes is too long", len(c.keyPrefix))
-	check(c.maxMessageSize > 0, "WithMaxMessageSize: %d is not positive", c.maxMessageSize)
+	check(c.maxPayload > 0, "WithMaxPayloadSize: %d is not positive", c.maxPayload)
 	check(c.maxChannels >= 1, "WithMaxChannels: %d is less than 1", c.maxChannels)
 	check(c.dialTimeout > 0, "WithDialTimeout: %v is not positive", c.dialTimeout)
 	check(c.minBackoff > 0 && c.maxBackoff >= c.minBackoff, "WithReconnectBackoff: %v..%v is not a positive range", c.minBackoff, c.maxBackoff)
@@ -139,12 +143,18 @@ func WithMandatory(on bool) Option { return func(c *config) { c.mandatory = on }
 // instead (router.Route.UnroutablePermanent). Default: false.
 func WithUnroutablePermanent(on bool) Option { return func(c *config) { c.unroutableDead = on } }
 
-// WithMaxMessageSize sets the largest body Publish sends; a larger message
+// WithMaxPayloadSize sets the largest payload (the AMQP body) Publish sends; a larger message
 // fails alone with [outbox.Permanent] before it reaches the broker (whose
 // own max_message_size would close the channel and fail its batch-mates
 // too). Set it to the broker's max_message_size. Default:
-// DefaultMaxMessageSize (16 MiB).
-func WithMaxMessageSize(n int) Option { return func(c *config) { c.maxMessageSize = n } }
+// DefaultMaxPayloadSize (16 MiB).
+func WithMaxPayloadSize(n int) Option { return func(c *config) { c.maxPayload = n } }
+
+// WithMaxMessageSize is [WithMaxPayloadSize].
+//
+// Deprecated: use WithMaxPayloadSize; the name now says what it measures,
+// as redispub's does (mqttpub.WithMaxMessageSize measures its whole envelope).
+func WithMaxMessageSize(n int) Option { return WithMaxPayloadSize(n) }
 
 // WithMaxChannels sets how many channels the Publisher opens at most, which
 // is how many Publish calls run at once; more wait for a free channel.
@@ -245,7 +255,7 @@ func (p *Publisher) RoutingKey(m *outbox.Message) string { return p.cfg.keyPrefi
 // Errors: a message returned as unroutable (no queue bound to its routing
 // key) is [outbox.Unroutable], retried by the relay, and also
 // [outbox.Permanent] with [WithUnroutablePermanent]; a message too large
-// ([WithMaxMessageSize]) or with a routing key over 255 bytes is
+// ([WithMaxPayloadSize]) or with a routing key over 255 bytes is
 // [outbox.Permanent]; no connection, a connection lost before the
 // confirmation, or an exchange that does not exist or is refused is
 // [outbox.Unavailable]; a negative acknowledgement (nack) is a plain error;
@@ -293,8 +303,8 @@ func (p *Publisher) check(m *outbox.Message) error {
 	switch {
 	case m == nil:
 		return outbox.Permanent(errors.New("amqppub: nil message"))
-	case len(m.Payload) > p.cfg.maxMessageSize:
-		return outbox.Permanent(fmt.Errorf("amqppub: message of %d bytes is over the limit of %d", len(m.Payload), p.cfg.maxMessageSize))
+	case len(m.Payload) > p.cfg.maxPayload:
+		return outbox.Permanent(fmt.Errorf("amqppub: message of %d bytes is over the limit of %d", len(m.Payload), p.cfg.maxPayload))
 	case len(p.RoutingKey(m)) > maxShortString:
 		return outbox.Permanent(fmt.Errorf("amqppub: routing key of %d bytes is over AMQP's limit of %d", len(p.RoutingKey(m)), maxShortString))
 	}

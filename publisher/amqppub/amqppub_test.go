@@ -144,12 +144,12 @@ func TestSuite(t *testing.T) {
 		Dedup:           false,
 		Headers:         true,
 		MaxPayload:      limit,
-		TooLargePayload: limit + 1, // refused by WithMaxMessageSize, before the broker
+		TooLargePayload: limit + 1, // refused by WithMaxPayloadSize, before the broker
 	}, publishertest.Harness{
 		New: func(t *testing.T) publishertest.Dest {
 			name, c := queue(t, nil)
 			return publishertest.Dest{
-				Publisher: newPublisher(t, url, amqppub.WithMaxMessageSize(limit)),
+				Publisher: newPublisher(t, url, amqppub.WithMaxPayloadSize(limit)),
 				Receiver:  c,
 				Topic:     name,
 			}
@@ -434,7 +434,7 @@ func TestCloseAndValidation(t *testing.T) {
 	}
 
 	// Long routing keys and big bodies are refused before the broker.
-	q := newPublisher(t, testsvc.AMQPURL(t), amqppub.WithMaxMessageSize(10), amqppub.WithRoutingKeyPrefix(strings.Repeat("k", 250)))
+	q := newPublisher(t, testsvc.AMQPURL(t), amqppub.WithMaxPayloadSize(10), amqppub.WithRoutingKeyPrefix(strings.Repeat("k", 250)))
 	errs = q.Publish(t.Context(), []*outbox.Message{message("topic", "a", 0)})
 	require.True(t, outbox.IsPermanent(errs[0]), "%v", errs[0])
 }

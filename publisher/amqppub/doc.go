@@ -44,14 +44,14 @@
 //     routing key, 312 NO_ROUTE): [outbox.Unroutable], so the relay retries
 //     it with backoff and a queue bound in the meantime receives it; with
 //     [WithUnroutablePermanent] also [outbox.Permanent] (dead at once).
-//   - larger than [WithMaxMessageSize], routing key over 255 bytes: Permanent,
+//   - larger than [WithMaxPayloadSize], routing key over 255 bytes: Permanent,
 //     refused before sending, so batch-mates are unaffected.
 //   - not connected, connection lost before the confirmation, the exchange
 //     missing (404) or refused (403): [outbox.Unavailable].
 //   - basic.nack (e.g. a queue full with overflow reject-publish): plain error.
 //   - no confirmation before ctx ends: plain error wrapping ctx.Err().
 //
-// A message over the broker's own max_message_size (set WithMaxMessageSize
+// A message over the broker's own max_message_size (set WithMaxPayloadSize
 // to it) would make the broker close the channel, failing the rest of the
 // batch with plain errors.
 package amqppub
