@@ -2,8 +2,8 @@
 // machine: a PostgreSQL schema, a MariaDB database, a SQLite file, and unique
 // names for broker streams, topics and queues.
 //
-// Addresses come from OUTBOX_TEST_* environment variables with the defaults of
-// shared/SERVICES.md. A test whose service is unreachable is skipped with the
+// Addresses come from OUTBOX_TEST_* environment variables with the defaults
+// below (README.md, "Testing"). A test whose service is unreachable is skipped with the
 // service's name, except when CI=true, where it fails.
 package testsvc
 
@@ -24,9 +24,12 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outboxkit/outbox/internal/jsretry"
 )
 
-// Default addresses of the services (shared/SERVICES.md).
+// Default addresses of the services, as .ci/run starts them.
 const (
 	DefaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 	DefaultMySQL    = "root@tcp(127.0.0.1:3306)/test?parseTime=true"
@@ -52,7 +55,7 @@ func Unavailable(t testing.TB, service string, err error) {
 	if InCI() {
 		t.Fatalf("%s is required in CI but unreachable: %v", service, err)
 	}
-	t.Skipf("skipped: %s unreachable (%v); start it as shared/SERVICES.md says", service, err)
+	t.Skipf("skipped: %s unreachable (%v); .ci/run shows how to start it", service, err)
 }
 
 var seq atomic.Int64
@@ -220,4 +223,16 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// CreateStream creates a JetStream stream for a test, retrying the server's
+// transient "error creating store for stream" (see package jsretry), and
+// fails t on any other error.
+func CreateStream(t testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig) jetstream.Stream {
+	t.Helper()
+	s, err := jsretry.CreateStream(t.Context(), js, cfg)
+	if err != nil {
+		t.Fatalf("create stream %s: %v", cfg.Name, err)
+	}
+	return s
 }

@@ -267,10 +267,9 @@ func TestRefusedMessagesArePermanent(t *testing.T) {
 	name := testsvc.Name(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{
+	testsvc.CreateStream(t, js, jetstream.StreamConfig{
 		Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.MemoryStorage, MaxMsgSize: 1024,
 	})
-	require.NoError(t, err)
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
 	p, err := natspub.New(js, natspub.WithSubjectPrefix(name+"."))
 	require.NoError(t, err)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outboxkit/outbox/internal/jsretry"
 )
 
 // DefaultDuplicateWindow is the duplicate window [EnsureStream] gives a
@@ -26,8 +28,10 @@ const DefaultDuplicateWindow = 10 * time.Minute
 // its settings (storage, limits, replicas, retention): EnsureStream only
 // adds the subjects it does not capture yet and raises a shorter duplicate window, and
 // updates nothing when neither is needed. It fails when the stream's MaxAge
-// is shorter than the window, since the server would refuse that. Safe to
-// call from several processes at once.
+// is shorter than the window, since the server would refuse that. A
+// creation the server refuses with "error creating store for stream"
+// (err_code 10049, transient on a busy server) is tried again a few times
+// within about half a second. Safe to call from several processes at once.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, name string, subjects []string, dupWindow time.Duration) error {
 	if name == "" {
 		return errors.New("natspub: ensure stream: name is empty")
@@ -41,7 +45,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, name string, subj
 	for range 3 { // a concurrent creator may win the race: then update theirs
 		s, err := js.Stream(ctx, name)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			_, err = jsretry.CreateStream(ctx, js, jetstream.StreamConfig{
 				Name:       name,
 				Subjects:   subjects,
 				Storage:    jetstream.FileStorage,

@@ -54,11 +54,10 @@ func TestEnsureStream(t *testing.T) {
 
 	t.Run("KeepsOperatorSettingsAndRaisesWindow", func(t *testing.T) {
 		name := own(t)
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		testsvc.CreateStream(t, js, jetstream.StreamConfig{
 			Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.MemoryStorage,
 			MaxMsgs: 1000, Duplicates: 30 * time.Second,
 		})
-		require.NoError(t, err)
 		require.NoError(t, natspub.EnsureStream(ctx, js, name, []string{name + ".>"}, 5*time.Minute))
 		cfg := info(name)
 		require.Equal(t, 5*time.Minute, cfg.Duplicates, "a shorter window is raised")
@@ -71,12 +70,11 @@ func TestEnsureStream(t *testing.T) {
 
 	t.Run("RefusesWindowLongerThanMaxAge", func(t *testing.T) {
 		name := own(t)
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		testsvc.CreateStream(t, js, jetstream.StreamConfig{
 			Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.MemoryStorage,
 			MaxAge: time.Minute, Duplicates: 30 * time.Second,
 		})
-		require.NoError(t, err)
-		err = natspub.EnsureStream(ctx, js, name, []string{name + ".>"}, 0)
+		err := natspub.EnsureStream(ctx, js, name, []string{name + ".>"}, 0)
 		require.ErrorContains(t, err, "max age")
 	})
 
