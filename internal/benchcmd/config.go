@@ -77,8 +77,7 @@ type Config struct {
 	// On SQLite the default is 1: it lets one writer in at a time, and more
 	// writers only take turns at its lock, where SQLite's busy handler
 	// (sleeps of up to 100 ms) serves newcomers before those who waited, the
-	// relay's claims among them (p99 1.2 s with 32 writers here, 43 ms with 1,
-	// which kept up 1,000 transactions a second).
+	// relay's claims among them (docs/tuning.md has the figures).
 	Writers int
 
 	// SkipBaseline skips the textbook relay that each test otherwise also runs.
