@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -361,4 +362,38 @@ func DropSlot(ctx context.Context, db Querier, slot, publication string) error {
 		return fmt.Errorf("pgcdc: drop publication %s (slot %s was dropped): %w", publication, slot, err)
 	}
 	return nil
+}
+
+// StopStreaming ends the server process that streams the slot named slot
+// (pg_terminate_backend of its active_pid, which needs superuser or
+// pg_signal_backend) and waits, within ctx, until the slot reads inactive.
+// It reports whether a process streamed it. The reader (a CDC relay) sees
+// its connection closed and may take the slot again when it reconnects:
+// stop the relays before [DropSlot].
+func StopStreaming(ctx context.Context, db Querier, slot string) (bool, error) {
+	var ended *bool
+	err := db.QueryRow(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot).Scan(&ended)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("pgcdc: end the stream of slot %s: %w", slot, err)
+	}
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		st, err := SlotStatus(ctx, db, slot)
+		if err != nil {
+			return true, err
+		}
+		if !st.Active {
+			return true, nil
+		}
+		select {
+		case <-ctx.Done():
+			return true, fmt.Errorf("pgcdc: slot %s still streamed by process %d: %w", slot, st.ActivePID, ctx.Err())
+		case <-t.C:
+		}
+	}
 }

@@ -310,3 +310,26 @@ func TestDropSlot(t *testing.T) {
 		require.True(t, st.Exists, "an active slot is kept")
 	})
 }
+
+func TestStopStreaming(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, table, slot := setup(t)
+	_, err := Setup(ctx, pool, table, slot, slot)
+	require.NoError(t, err)
+
+	ended, err := StopStreaming(ctx, pool, slot)
+	require.NoError(t, err)
+	require.False(t, ended, "nobody streamed it")
+
+	testsvc.StreamPostgresSlot(t, slot, slot)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ended, err = StopStreaming(wctx, pool, slot)
+	require.NoError(t, err)
+	require.True(t, ended)
+	st, err := SlotStatus(ctx, pool, slot)
+	require.NoError(t, err)
+	require.False(t, st.Active, "inactive once it returned")
+	require.NoError(t, DropSlot(ctx, pool, slot, slot))
+}
