@@ -90,8 +90,8 @@ func cdcDropSlotCommand() *ucli.Command {
 		Description: "Asks for confirmation on stdin unless --yes; with stdin not a terminal it refuses instead.\n" +
 			"It refuses a slot that a process streams (a running CDC relay) unless --force, which ends that\n" +
 			"stream first (pg_terminate_backend); a relay still running would take the slot again, so stop the\n" +
-			"relays first. A relay with source cdc whose slot is gone polls the table instead. The log the slot\n" +
-			"kept is freed at the server's next checkpoint.",
+			"relays first: a relay with source cdc whose slot is gone polls the table, and creates the slot again.\n" +
+			"The log the slot kept is freed at the server's next checkpoint.",
 		Flags: append([]ucli.Flag{configFlag(),
 			&ucli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation"},
 			&ucli.BoolFlag{Name: "force", Usage: "end the stream of a slot that a process reads, then drop it"},

@@ -342,8 +342,9 @@ func SlotStatus(ctx context.Context, db Querier, slot string) (SlotState, error)
 // returns [ErrSlotNotFound] when there is no such slot (and then drops no
 // publication), and [ErrSlotActive] when a process streams it: stop the
 // relay first. The log the slot kept is freed at the next checkpoint.
-// Dropping the slot of a relay that is still configured with source cdc
-// makes it fall back to polling until a slot exists again.
+// A relay still running with source cdc polls the table once its slot is
+// gone, and creates the slot again if it may (see the relay's docs): drop a
+// slot when no relay will read it any more.
 func DropSlot(ctx context.Context, db Querier, slot, publication string) error {
 	_, err := db.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot)
 	var pe *pgconn.PgError
