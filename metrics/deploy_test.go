@@ -51,6 +51,9 @@ func exportedSeries(t *testing.T) map[string]bool {
 	m.StartArchive(time.Hour, false)
 	m.OnArchiveBatch(10, false)
 	m.OnArchiveRun(nil)
+	require.NoError(t, m.WatchSlot("outbox_orders", func(context.Context) (metrics.SlotReading, error) {
+		return metrics.SlotReading{Exists: true, WALStatus: "reserved", LagBytes: new(int64), SafeWALSize: new(int64)}, nil
+	}))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { require.NoError(t, m.PollStats(ctx, b.store, time.Minute)) })
@@ -160,6 +163,11 @@ func TestAlertRules(t *testing.T) {
 		"OutboxRelayDown":             {"critical", "2m", []string{"outbox_relay_up", "up{job=~\"outbox.*\"} == 0"}},
 		"OutboxArchiveFailing": {"warning", "", []string{"outbox_archive_last_success_timestamp_seconds",
 			"clamp_min(3 * max by (job, instance, relay) (outbox_archive_interval_seconds), 3600)"}},
+		"OutboxCDCSlotInactive":    {"warning", "5m", []string{"outbox_cdc_slot_active", "== 0"}},
+		"OutboxCDCSlotLagHigh":     {"warning", "5m", []string{"outbox_cdc_slot_lag_bytes", "> 1073741824"}},
+		"OutboxCDCSlotLagCritical": {"critical", "5m", []string{"outbox_cdc_slot_lag_bytes", "> 17179869184"}},
+		"OutboxCDCSlotNearLimit":   {"critical", "1m", []string{"outbox_cdc_slot_safe_wal_size_bytes", "< 0.2"}},
+		"OutboxCDCSlotWALAtRisk":   {"critical", "", []string{`outbox_cdc_slot_wal_status{wal_status=~"unreserved|lost"}`, "== 1"}},
 	}
 	var seen []string
 	for _, g := range rf.Groups {
@@ -188,8 +196,9 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	slices.Sort(seen)
-	require.Equal(t, []string{"OutboxArchiveFailing", "OutboxBacklogHigh", "OutboxDeadMessages", "OutboxOldestPendingTooOld",
-		"OutboxPublishSuccessRateLow", "OutboxRelayDown"}, seen, "exactly these alerts, once each")
+	require.Equal(t, []string{"OutboxArchiveFailing", "OutboxBacklogHigh", "OutboxCDCSlotInactive", "OutboxCDCSlotLagCritical",
+		"OutboxCDCSlotLagHigh", "OutboxCDCSlotNearLimit", "OutboxCDCSlotWALAtRisk", "OutboxDeadMessages",
+		"OutboxOldestPendingTooOld", "OutboxPublishSuccessRateLow", "OutboxRelayDown"}, seen, "exactly these alerts, once each")
 
 	t.Run("Promtool", func(t *testing.T) {
 		dir := filepath.Dir(alertsFile)
@@ -301,7 +310,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		}
 	}
 	for _, topic := range []string{"backlog", "oldest", "throughput", "success rate", "latency", "retries", "dead",
-		"destination up"} {
+		"destination up", "slot lag", "slot active", "slot wal status"} {
 		require.True(t, slices.ContainsFunc(titles, func(s string) bool { return strings.Contains(s, topic) }),
 			"no panel about %s", topic)
 	}

@@ -37,13 +37,15 @@ var (
 // so it is passed to the relay with outbox.WithHooks(m); [Metrics.PollStats]
 // adds the table's backlog, [Metrics.SetUp] the relay's liveness and
 // [Metrics.WrapPublisher] the broker's response time, and
-// [Metrics.StartArchive] with its On methods a scheduled archive.
+// [Metrics.StartArchive] with its On methods a scheduled archive, and
+// [Metrics.WatchSlot] a CDC replication slot.
 //
 // Every series carries a relay label (see [WithRelayName]), so several relays
 // can register their own Metrics with one registry. The only other labels are
 // result (one of the outbox.Result values, or ok and error for archive runs),
-// destination (bounded, see [WithMaxDestinations]) and the archive's mode
-// (move or delete); no label ever holds a message or aggregate id.
+// destination (bounded, see [WithMaxDestinations]), the archive's mode
+// (move or delete), and a watched slot's name and wal_status; no label ever
+// holds a message or aggregate id.
 //
 // One Metrics may serve several relay loops that share a table and a name
 // (the daemon's --relays). A Metrics is safe for concurrent use. Its hook
@@ -69,6 +71,7 @@ type Metrics struct {
 	gone            prometheus.Counter
 	publishDuration prometheus.Histogram
 	stats           *statsCollector
+	slot            *slotCollector
 	archive         *archiveMetrics
 
 	all []prometheus.Collector
@@ -201,11 +204,12 @@ func NewMetrics(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			"Duration of one Publish call to the broker (one batch), measured by WrapPublisher.",
 			durationBuckets),
 		stats:   newStatsCollector(labels, cfg.logger.With("component", "metrics", "relay", cfg.relay)),
+		slot:    newSlotCollector(labels, cfg.logger.With("component", "metrics", "relay", cfg.relay)),
 		archive: newArchiveMetrics(labels),
 	}
 	m.destUp.Set(1)
 	m.all = []prometheus.Collector{m.up, m.destUp, m.destOutages, m.publishedVec, m.attempt, m.latency,
-		m.batchSize, m.batchDuration, m.batchErrors, m.fenced, m.gone, m.publishDuration, m.stats}
+		m.batchSize, m.batchDuration, m.batchErrors, m.fenced, m.gone, m.publishDuration, m.stats, m.slot}
 	if err := reg.Register(m); err != nil {
 		return nil, fmt.Errorf("metrics: register relay %q: %w", cfg.relay, err)
 	}

@@ -81,7 +81,7 @@ func TestHelpListsEverySetting(t *testing.T) {
 
 	r = run(t.Context(), "--help")
 	require.Equal(t, ExitOK, r.code)
-	for _, cmd := range []string{"relay", "migrate", "status", "demo"} {
+	for _, cmd := range []string{"relay", "migrate", "status", "demo", "cdc"} {
 		require.Regexp(t, `(?m)^\s+`+cmd+`\s`, r.stdout)
 	}
 	r = run(t.Context(), "status", "--help")
@@ -91,7 +91,8 @@ func TestHelpListsEverySetting(t *testing.T) {
 	require.NotContains(t, r.stdout, "--batch-size", "status takes only the database settings")
 	r = run(t.Context(), "migrate", "--help")
 	require.Equal(t, ExitOK, r.code)
-	for _, flag := range []string{"--notify-trigger", "--batch-lease", "[$OUTBOX_BATCH_LEASE]", "--table"} {
+	for _, flag := range []string{"--notify-trigger", "--batch-lease", "[$OUTBOX_BATCH_LEASE]", "--table", "--cdc ",
+		"--cdc-slot", "--cdc-publication"} {
 		require.Contains(t, r.stdout, flag, "migrate installs what the table's pgstore switches need")
 	}
 	require.NotContains(t, r.stdout, "--async-commit", "async_commit concerns only the relay")

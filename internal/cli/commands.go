@@ -17,6 +17,7 @@ import (
 	"github.com/outboxkit/outbox/internal/demo"
 	"github.com/outboxkit/outbox/internal/liblog"
 	"github.com/outboxkit/outbox/internal/termsafe"
+	"github.com/outboxkit/outbox/store/pgcdc"
 )
 
 // dbFlags are the settings the database commands read.
@@ -25,7 +26,7 @@ var dbFlags = []string{"db", "table"}
 // migrateFlags are the settings `outbox migrate` reads: what the table needs
 // beyond the migrations (the NOTIFY trigger, the batch lease table) is
 // installed only when asked for.
-var migrateFlags = append(slices.Clone(dbFlags), "notify_trigger", "batch_lease")
+var migrateFlags = append(slices.Clone(dbFlags), "notify_trigger", "batch_lease", "cdc_slot", "cdc_publication")
 
 func relayCommand() *ucli.Command {
 	return &ucli.Command{
@@ -93,22 +94,41 @@ func migrateCommand() *ucli.Command {
 		Description: "Idempotent, and safe to run from several processes at once.\n" +
 			"PostgreSQL: --notify-trigger also installs a trigger that sends the NOTIFY on every INSERT, so\n" +
 			"writers in any language wake relays that listen (notify or notify_trigger); --batch-lease also\n" +
-			"creates the TABLE_lease table that relays with batch_lease need. Neither is ever removed.",
-		Flags: append([]ucli.Flag{configFlag()}, settingFlags(migrateFlags...)...),
+			"creates the TABLE_lease table that relays with batch_lease need. Neither is ever removed.\n" +
+			"--cdc then creates the publication of the table's inserts and the logical replication slot that\n" +
+			"relays with source: cdc read (names: --cdc-slot, --cdc-publication), unless they exist; it refuses\n" +
+			"with the fix when wal_level is not logical, the role lacks REPLICATION or no slot is free.\n" +
+			"PostgreSQL only. The slot keeps log until a relay reads it: see docs/operations.md.",
+		Flags: append([]ucli.Flag{configFlag(),
+			&ucli.BoolFlag{Name: "cdc", Usage: "also create the publication and replication slot of source cdc (postgres only)"},
+		}, settingFlags(migrateFlags...)...),
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
 			cfg, db, err := openDB(ctx, cmd)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
+			if cmd.Bool("cdc") && db.Pool == nil {
+				return usage(fmt.Errorf("--cdc: %w", errNotPostgres))
+			}
 			if err := db.Store.Migrate(ctx); err != nil {
 				return fmt.Errorf("migrate %s: %w", cfg.Table, err)
 			}
-			_, err = fmt.Fprintf(cmd.Root().Writer, "migrated table %s (%s)\n", termsafe.String(cfg.Table), db.Scheme)
-			return err
+			out := cmd.Root().Writer
+			if _, err = fmt.Fprintf(out, "migrated table %s (%s)\n", termsafe.String(cfg.Table), db.Scheme); err != nil {
+				return err
+			}
+			if !cmd.Bool("cdc") {
+				return nil
+			}
+			return setupCDC(ctx, out, cfg, db)
 		},
 	}
 }
+
+// statusFlags are the settings `outbox status` reads: the database ones,
+// and which replication slot to show.
+var statusFlags = append(slices.Clone(dbFlags), "source", "cdc_slot")
 
 // statusJSON is the output of `outbox status --json`.
 type statusJSON struct {
@@ -121,6 +141,16 @@ type statusJSON struct {
 	// OtherStatus counts rows whose status is NULL or not 0, 1 or 2, which
 	// the relay leaves alone (see outbox.Stats.OtherStatus).
 	OtherStatus int64 `json:"other_status"`
+	// CDCSlot is the replication slot, when status shows one (see slotReader).
+	CDCSlot *pgcdc.SlotState `json:"cdc_slot,omitempty"`
+}
+
+// statusSource is what `outbox status` reads: the table's stats, and the
+// replication slot when slot is not nil.
+type statusSource struct {
+	table string
+	store daemon.Store
+	slot  func(context.Context) (*pgcdc.SlotState, error)
 }
 
 func statusCommand() *ucli.Command {
@@ -130,15 +160,17 @@ func statusCommand() *ucli.Command {
 		Description: "Sent counts are kept only when the relay marks rows sent (not with --delete-sent).\n" +
 			"\"other status\" counts rows whose status is NULL or not 0, 1 or 2 (written by another program):\n" +
 			"the relay never publishes them, so look at them if it is not 0.\n" +
+			"On PostgreSQL it shows the replication slot (cdc_slot) too: always with source: cdc, and with\n" +
+			"source: polling when the slot exists (a slot nobody reads keeps write-ahead log).\n" +
 			"With --json, one JSON object: table, pending, oldest_pending_seconds, dead, sent_last_minute,\n" +
-			"sent_last_hour, other_status; with --watch, one such line per interval (or, without --json, a table\n" +
+			"sent_last_hour, other_status, and cdc_slot when it shows the slot; with --watch, one such line per interval (or, without --json, a table\n" +
 			"under a \"--- time\" line).",
 		Flags: append([]ucli.Flag{
 			configFlag(),
 			&ucli.BoolFlag{Name: "json", Usage: "print one JSON object instead of a table"},
 			&ucli.BoolFlag{Name: "watch", Usage: "print the status again every --interval until Ctrl-C"},
 			&ucli.DurationFlag{Name: "interval", Value: 2 * time.Second, Usage: "with --watch, wait `DURATION` between prints"},
-		}, settingFlags(dbFlags...)...),
+		}, settingFlags(statusFlags...)...),
 		Action: func(ctx context.Context, cmd *ucli.Command) error {
 			interval := cmd.Duration("interval")
 			if interval <= 0 {
@@ -149,10 +181,11 @@ func statusCommand() *ucli.Command {
 				return err
 			}
 			defer db.Close()
+			src := statusSource{table: cfg.Table, store: db.Store, slot: slotReader(cfg, db)}
 			if !cmd.Bool("watch") {
-				return printStatus(ctx, cmd, cfg.Table, db.Store)
+				return printStatus(ctx, cmd, src)
 			}
-			return watchStatus(ctx, cmd, cfg.Table, db.Store, interval)
+			return watchStatus(ctx, cmd, src, interval)
 		},
 	}
 }
@@ -166,7 +199,7 @@ const watchReadTimeout = 5 * time.Second
 // a read that gets no answer within the interval (and at least
 // watchReadTimeout) fails, so that a database that stopped answering shows
 // as errors rather than a screen that is silently no longer updated.
-func watchStatus(ctx context.Context, cmd *ucli.Command, table string, s daemon.Store, interval time.Duration) error {
+func watchStatus(ctx context.Context, cmd *ucli.Command, src statusSource, interval time.Duration) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -174,7 +207,7 @@ func watchStatus(ctx context.Context, cmd *ucli.Command, table string, s daemon.
 			fmt.Fprintf(cmd.Root().Writer, "--- %s\n", time.Now().UTC().Format(time.RFC3339))
 		}
 		rctx, cancel := context.WithTimeout(ctx, max(interval, watchReadTimeout))
-		err := printStatus(rctx, cmd, table, s)
+		err := printStatus(rctx, cmd, src)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -190,11 +223,19 @@ func watchStatus(ctx context.Context, cmd *ucli.Command, table string, s daemon.
 	}
 }
 
-// printStatus prints the stats of s once, as a table or (--json) one line of JSON.
-func printStatus(ctx context.Context, cmd *ucli.Command, table string, s daemon.Store) error {
-	st, err := s.Stats(ctx)
+// printStatus prints the stats of src once (and its slot), as a table or
+// (--json) one line of JSON.
+func printStatus(ctx context.Context, cmd *ucli.Command, src statusSource) error {
+	table := src.table
+	st, err := src.store.Stats(ctx)
 	if err != nil {
 		return fmt.Errorf("read stats of %s: %w", table, err)
+	}
+	var slot *pgcdc.SlotState
+	if src.slot != nil {
+		if slot, err = src.slot(ctx); err != nil {
+			return err
+		}
 	}
 	out := cmd.Root().Writer
 	if cmd.Bool("json") {
@@ -202,7 +243,7 @@ func printStatus(ctx context.Context, cmd *ucli.Command, table string, s daemon.
 		return enc.Encode(statusJSON{
 			Table: table, Pending: st.Pending, OldestPendingSeconds: st.OldestPending.Seconds(),
 			Dead: st.Dead, SentLastMinute: st.SentLastMinute, SentLastHour: st.SentLastHour,
-			OtherStatus: st.OtherStatus,
+			OtherStatus: st.OtherStatus, CDCSlot: slot,
 		})
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -217,6 +258,9 @@ func printStatus(ctx context.Context, cmd *ucli.Command, table string, s daemon.
 	fmt.Fprintf(tw, "sent last minute\t%d\n", st.SentLastMinute)
 	fmt.Fprintf(tw, "sent last hour\t%d\n", st.SentLastHour)
 	fmt.Fprintf(tw, "other status\t%d\n", st.OtherStatus)
+	if slot != nil {
+		writeSlot(tw, *slot)
+	}
 	return tw.Flush()
 }
 

@@ -56,6 +56,15 @@ const (
 	// DefaultNATSPrefix is put before each destination to make a NATS subject,
 	// so that one stream (capturing "outbox.>") holds every message.
 	DefaultNATSPrefix = "outbox."
+	// SourcePolling and SourceCDC are the values of the source key: where a
+	// relay finds the messages to publish.
+	SourcePolling = "polling"
+	SourceCDC     = "cdc"
+	// DefaultSource is polling: claim rows from the table.
+	DefaultSource = SourcePolling
+	// DefaultCDCFailoverAfter is how long a CDC relay may be unable to
+	// stream before it polls the table instead.
+	DefaultCDCFailoverAfter = 30 * time.Second
 	// DefaultDuplicateWindow is the NATS stream's duplicate window: longer
 	// than a lease plus a retry, so a re-sent message is dropped by the stream.
 	DefaultDuplicateWindow = 10 * time.Minute
@@ -197,6 +206,21 @@ type Config struct {
 	// (duplicates beyond the batch in flight) or an attempt not counted,
 	// never a message. postgres:// only. Default: false.
 	AsyncCommit bool `yaml:"async_commit"`
+	// Source is where the relay finds messages: SourcePolling (claim rows
+	// from the table) or SourceCDC (read committed inserts from PostgreSQL's
+	// logical replication; postgres:// only). Default: DefaultSource.
+	Source string `yaml:"source"`
+	// CDCSlot is the logical replication slot of source cdc, created by
+	// `outbox migrate --cdc`. Default: "" (pgcdc.SlotName of the table,
+	// outbox_<table>).
+	CDCSlot string `yaml:"cdc_slot"`
+	// CDCPublication is the publication of source cdc, created by `outbox
+	// migrate --cdc`. Default: "" (pgcdc.PublicationName of the table,
+	// outbox_<table>_pub).
+	CDCPublication string `yaml:"cdc_publication"`
+	// CDCFailoverAfter is how long a CDC relay may be unable to stream
+	// before it polls the table instead. Default: DefaultCDCFailoverAfter.
+	CDCFailoverAfter time.Duration `yaml:"cdc_failover_after"`
 	// DeleteSent deletes published rows instead of marking them sent. Default: false.
 	DeleteSent bool `yaml:"delete_sent"`
 	// ArchiveEvery is the period of the scheduled archive: the daemon takes
@@ -351,6 +375,8 @@ func (r *Route) UnroutableDead() bool { return r.Unroutable == UnroutableDead }
 func Default() *Config {
 	return &Config{
 		Table:            DefaultTable,
+		Source:           DefaultSource,
+		CDCFailoverAfter: DefaultCDCFailoverAfter,
 		Relays:           DefaultRelays,
 		MinBatchSize:     outbox.DefaultMinBatchSize,
 		MaxBatchSize:     outbox.DefaultMaxBatchSize,

@@ -127,6 +127,8 @@ func TestLoadGoodFiles(t *testing.T) {
 			NotifyTrigger:    true,
 			BatchLease:       true,
 			AsyncCommit:      true,
+			Source:           DefaultSource,
+			CDCFailoverAfter: DefaultCDCFailoverAfter,
 			DeleteSent:       true,
 			ArchiveEvery:     6 * time.Hour,
 			ArchiveOlderThan: 30 * 24 * time.Hour,
@@ -294,6 +296,14 @@ func TestValidateCases(t *testing.T) {
 		{"TableSQLitePrefixOnPostgres", func(c *Config) { c.Table = "sqlite_outbox" }, ""},
 		{"TableUnknownDB", func(c *Config) { c.DB = NewSecret("oracle://h"); c.Table = "Outbox" }, `db: unknown scheme "oracle"`},
 		{"NegativePool", func(c *Config) { c.DBMaxConns = -1 }, "db_max_conns: -1 is negative"},
+		{"SourceCDC", func(c *Config) { c.Source = SourceCDC; c.CDCSlot = "orders_1"; c.CDCPublication = "Orders Pub" }, ""},
+		{"SourceUnknown", func(c *Config) { c.Source = "binlog" }, `source: "binlog" is not polling or cdc`},
+		{"SourceCDCMySQL", func(c *Config) { c.DB = NewSecret("mysql://h/db"); c.Source = SourceCDC },
+			"source: applies to postgres:// only, not mysql://"},
+		{"CDCSlotUpperCase", func(c *Config) { c.CDCSlot = "Orders" }, `cdc_slot: "Orders" is not 1 to 63 of a-z, 0-9 and _`},
+		{"CDCSlot64", func(c *Config) { c.CDCSlot = strings.Repeat("s", 64) }, "cdc_slot: "},
+		{"CDCPublication64", func(c *Config) { c.CDCPublication = strings.Repeat("p", 64) }, "is longer than 63 bytes"},
+		{"CDCFailoverNegative", func(c *Config) { c.CDCFailoverAfter = -time.Second }, "cdc_failover_after: -1s is negative"},
 		{"NoBroker", func(c *Config) { c.Broker = Secret{} }, "broker: required: a broker URL"},
 		{"BrokerAndBrokers", func(c *Config) { c.Brokers = []Broker{{Name: "x", URL: NewSecret("nats://h")}} },
 			"broker: set either broker (one broker) or brokers (a list), not both"},
@@ -739,4 +749,15 @@ func TestBatchSizes(t *testing.T) {
 			require.Equal(t, []int{tc.wantLo, tc.wantHi}, []int{lo, hi})
 		})
 	}
+}
+
+func TestCDCNames(t *testing.T) {
+	t.Parallel()
+	c := Default()
+	c.Table = "shop.outbox_message"
+	require.Equal(t, "outbox_shop_outbox_message", c.CDCSlotName())
+	require.Equal(t, "outbox_shop_outbox_message_pub", c.CDCPublicationName())
+	c.CDCSlot, c.CDCPublication = "mine", "my_pub"
+	require.Equal(t, "mine", c.CDCSlotName())
+	require.Equal(t, "my_pub", c.CDCPublicationName())
 }

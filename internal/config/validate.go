@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/publisher/webhookpub"
+	"github.com/outboxkit/outbox/store/pgcdc"
 )
 
 // DBSchemes are the URL schemes of the databases the daemon opens.
@@ -79,6 +81,40 @@ func (c *Config) validateDB(p *problems) {
 	// table), so they are checked with the database, not with the relay.
 	c.postgresOnly(p, "notify_trigger", c.NotifyTrigger)
 	c.postgresOnly(p, "batch_lease", c.BatchLease)
+	c.validateCDC(p)
+}
+
+// slotName is what PostgreSQL accepts as a replication slot's name.
+var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// validateCDC checks the source and the names of its slot and publication,
+// which migrate (--cdc) and status read too.
+func (c *Config) validateCDC(p *problems) {
+	if c.Source != SourcePolling && c.Source != SourceCDC {
+		p.add("source", "%q is not %s or %s", c.Source, SourcePolling, SourceCDC)
+	}
+	if c.Source == SourceCDC {
+		c.postgresOnly(p, "source", true)
+	}
+	if c.CDCSlot != "" && !slotName.MatchString(c.CDCSlot) {
+		p.add("cdc_slot", "%q is not 1 to 63 of a-z, 0-9 and _", c.CDCSlot)
+	}
+	if len(c.CDCPublication) > 63 {
+		p.add("cdc_publication", "%q is longer than 63 bytes", c.CDCPublication)
+	}
+	if c.CDCFailoverAfter < 0 {
+		p.add("cdc_failover_after", "%v is negative", c.CDCFailoverAfter)
+	}
+}
+
+// CDCSlotName is the replication slot of source cdc: CDCSlot, or the
+// table's default (pgcdc.SlotName).
+func (c *Config) CDCSlotName() string { return cmp.Or(c.CDCSlot, pgcdc.SlotName(c.Table)) }
+
+// CDCPublicationName is the publication of source cdc: CDCPublication, or
+// the table's default (pgcdc.PublicationName).
+func (c *Config) CDCPublicationName() string {
+	return cmp.Or(c.CDCPublication, pgcdc.PublicationName(c.Table))
 }
 
 // postgresOnly reports a switch of pgstore's that is on while db names

@@ -127,7 +127,9 @@ func (d *Daemon) HTTPURL() string {
 //
 // With an HTTP address, the relays report to Prometheus metrics (package
 // metrics: one relay label, config.Config.Name, for all loops), the
-// publisher is timed, and the table's backlog is read every StatsInterval.
+// publisher is timed, and the table's backlog is read every StatsInterval;
+// on PostgreSQL the CDC replication slot is read at each scrape
+// (metrics.Metrics.WatchSlot).
 // With a trace exporter, each publish gets a span (package tracing). With
 // archive_every (on by default, off with delete_sent), old sent rows are
 // archived on a schedule beside the relays; an archive error is logged,
@@ -201,6 +203,9 @@ func (d *Daemon) run(ctx context.Context) error {
 		}
 		pub = m.WrapPublisher(pub)
 		hooks = append(hooks, m, claims)
+		if err := watchSlot(m, cfg, db); err != nil {
+			return err
+		}
 		if ln, err = net.Listen("tcp", cfg.HTTP); err != nil {
 			return fmt.Errorf("http server: %w", err)
 		}
