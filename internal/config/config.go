@@ -199,6 +199,23 @@ type Config struct {
 	AsyncCommit bool `yaml:"async_commit"`
 	// DeleteSent deletes published rows instead of marking them sent. Default: false.
 	DeleteSent bool `yaml:"delete_sent"`
+	// Source is where the relay finds new messages: "polling" claims them
+	// from the table; "cdc" reads the table's inserts from PostgreSQL's
+	// write-ahead log through a replication slot (store/pgcdc, docs/cdc.md),
+	// polling the table instead while the log cannot be read. cdc needs
+	// postgres:// with wal_level = logical and a role with REPLICATION.
+	// Default: DefaultSource (polling).
+	Source string `yaml:"source"`
+	// CDCSlot is the replication slot of source cdc. Default: "outbox_"
+	// and the table's name (pgcdc.WithSlot).
+	CDCSlot string `yaml:"cdc_slot"`
+	// CDCPublication is the publication of source cdc. Default: the
+	// slot's default and "_pub" (pgcdc.WithPublication).
+	CDCPublication string `yaml:"cdc_publication"`
+	// CDCFailoverAfter is how long source cdc may fail to stream before it
+	// polls the table instead, until it can stream again. Default:
+	// DefaultCDCFailoverAfter.
+	CDCFailoverAfter time.Duration `yaml:"cdc_failover_after"`
 	// ArchiveEvery is the period of the scheduled archive: the daemon takes
 	// sent rows last updated at least ArchiveOlderThan ago out of the table
 	// (Admin.Archive), ArchiveBatch rows per short transaction, a first time
@@ -347,6 +364,21 @@ type Route struct {
 // at once (unroutable: dead).
 func (r *Route) UnroutableDead() bool { return r.Unroutable == UnroutableDead }
 
+// The relay's sources (Config.Source).
+const (
+	SourcePolling = "polling" // claim from the table
+	SourceCDC     = "cdc"     // read the table's inserts from the write-ahead log
+)
+
+// Defaults of the cdc source.
+const (
+	// DefaultSource is the relay's source unless the config says otherwise.
+	DefaultSource = SourcePolling
+	// DefaultCDCFailoverAfter is how long source cdc may fail to stream
+	// before it polls the table.
+	DefaultCDCFailoverAfter = 30 * time.Second
+)
+
 // Default returns a Config holding every default and no database or broker.
 func Default() *Config {
 	return &Config{
@@ -376,6 +408,8 @@ func Default() *Config {
 		Name:             DefaultName,
 		StatsInterval:    DefaultStatsInterval,
 		TraceExporter:    DefaultTraceExporter,
+		Source:           DefaultSource,
+		CDCFailoverAfter: DefaultCDCFailoverAfter,
 	}
 }
 

@@ -356,6 +356,16 @@ func (c *Config) validateRelay(p *problems) {
 	if c.HeldClaims && c.BatchLease {
 		p.add("held_claims", "excludes batch_lease: they are two ways of claiming; choose one")
 	}
+	switch c.Source {
+	case SourcePolling:
+	case SourceCDC:
+		c.postgresOnly(p, "source", true)
+		if c.CDCFailoverAfter <= 0 {
+			p.add("cdc_failover_after", "%v is not positive", c.CDCFailoverAfter)
+		}
+	default:
+		p.add("source", "%q is not polling or cdc", c.Source)
+	}
 	if c.DeadPolicy != "block" && c.DeadPolicy != "skip" {
 		p.add("dead_policy", "%q is not block or skip", c.DeadPolicy)
 	}

@@ -64,7 +64,9 @@ type DB struct {
 	Store Store
 	// Scheme is the URL scheme the database was opened by (postgres, sqlite, mysql).
 	Scheme string
-	close  func()
+	// Pool is the pgx pool of a postgres:// database, nil for others.
+	Pool  *pgxpool.Pool
+	close func()
 }
 
 // Close closes the pool OpenDB opened. It is safe to call more than once.
@@ -181,7 +183,7 @@ func openPostgres(ctx context.Context, dsn string, p DBParams) (*DB, error) {
 		closePool()
 		return nil, err
 	}
-	return &DB{Store: s, Scheme: "postgres", close: closePool}, nil
+	return &DB{Store: s, Scheme: "postgres", Pool: pool, close: closePool}, nil
 }
 
 // connSet tracks the open sockets of a pgx pool (its LISTEN connections and

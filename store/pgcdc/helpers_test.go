@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -31,13 +32,22 @@ type env struct {
 	writer *outbox.Writer[pgx.Tx]
 }
 
-// setup makes a migrated table in a schema of the test's own, names a slot
-// and a publication after it, and drops both when the test ends (a slot
-// left behind would make the shared server keep its log forever).
+// setup makes a migrated table in a schema of the test's own, and names a
+// slot and a publication after it, which are dropped when the test ends.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if left, err := testsvc.LeftoverSlots(); err != nil || len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "replication slots left behind: %v %v\n", left, err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
 func setup(t *testing.T, deleteAfterInsert bool) *env {
 	t.Helper()
 	pool, schema, dsn := testsvc.PostgresSchema(t)
-	e := &env{t: t, pool: pool, dsn: dsn, table: schema + ".outbox_message", slot: schema + "_slot", pub: schema + "_pub"}
+	slot, pub := testsvc.ReplicationSlot(t, schema)
+	e := &env{t: t, pool: pool, dsn: dsn, table: schema + ".outbox_message", slot: slot, pub: pub}
 	var err error
 	e.store, err = pgstore.New(pool, pgstore.WithTable(e.table))
 	require.NoError(t, err)
@@ -47,31 +57,7 @@ func setup(t *testing.T, deleteAfterInsert bool) *env {
 		wopts = append(wopts, outbox.WithDeleteAfterInsert())
 	}
 	e.writer = outbox.NewWriter(e.store, wopts...)
-	t.Cleanup(func() { dropSlot(t, e.slot, e.pub) })
 	return e
-}
-
-// dropSlot ends whatever streams the slot and drops it and the publication.
-func dropSlot(t *testing.T, slot, pub string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := pgx.Connect(ctx, testsvc.PostgresURL())
-	if err != nil {
-		t.Errorf("drop slot %s: %v", slot, err)
-		return
-	}
-	defer c.Close(ctx)
-	_, _ = c.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pub)
-	for ctx.Err() == nil {
-		_, _ = c.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
-WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot)
-		_, err = c.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
-		if err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Errorf("drop slot %s: %v", slot, err)
 }
 
 // source returns a Source on e's table with short intervals.

@@ -187,7 +187,7 @@ func TestSlotDroppedFailsOverToPolling(t *testing.T) {
 	before := e.write(20, 2, "a")
 	waitAll(t, pub, before)
 
-	dropSlot(t, e.slot, "no_such_publication")
+	require.NoError(t, testsvc.DropReplicationSlot(e.slot, "no_such_publication"))
 	during := e.write(20, 2, "b") // in no slot: only the table has them
 	waitAll(t, pub, during)
 	waitStreaming(t, r.src)
