@@ -244,6 +244,14 @@ func (s *Source) Streaming() bool {
 	return s.streaming
 }
 
+// Held returns how many messages read from the stream and not yet settled
+// the source holds now: at most WithMaxWindow.
+func (s *Source) Held() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.win.unsettled()
+}
+
 // Switches returns how many times the source went from streaming to
 // polling or back.
 func (s *Source) Switches() int64 { return s.switches.Load() }
