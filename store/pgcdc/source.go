@@ -311,11 +311,10 @@ func (s *Source) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim
 	case ModeStandby:
 		return &outbox.Claim{}, nil
 	case ModePolling:
-		c, err := s.cfg.fallback.Claim(ctx, p)
-		if err == nil && len(c.Messages)+len(c.Malformed) == 0 && checkCatchUp {
+		if checkCatchUp { // every retry interval, also while new rows keep the claims busy
 			s.endCatchUp(ctx, catchUp)
 		}
-		return c, err
+		return s.cfg.fallback.Claim(ctx, p)
 	}
 	return s.claimStream(ctx, p, now)
 }

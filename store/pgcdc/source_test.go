@@ -209,10 +209,12 @@ func TestRefusedReplicationPollsAtOnce(t *testing.T) {
 	waitAll(t, pub, ids)
 	require.Equal(t, pgcdc.ModePolling, r.src.Mode())
 
-	// An operator runs the setup (here: a source that may create it).
-	creator := start(t, e.source(), outboxtest.NewPublisher())
-	waitStreaming(t, creator.src)
-	creator.stop()
+	// An operator runs the setup (what outbox migrate --cdc does).
+	ctx := context.Background()
+	_, err := e.pool.Exec(ctx, "CREATE PUBLICATION "+e.pub+" FOR TABLE "+e.table+" WITH (publish = 'insert')")
+	require.NoError(t, err)
+	_, err = e.pool.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", e.slot)
+	require.NoError(t, err)
 	waitStreaming(t, r.src)
 	more := e.write(10, 1, "b")
 	waitAll(t, pub, more)
