@@ -342,16 +342,24 @@ func (s *Source) claimStream(ctx context.Context, p outbox.ClaimParams, now time
 		return &outbox.Claim{}, nil
 	}
 	// Which of them does the table keep, and are they still pending?
-	var ids []int64
+	var ids, xids []int64
+	seen := map[uint32]bool{}
 	for _, e := range es {
 		if !e.checked && e.bad == nil {
 			ids = append(ids, e.msg.RowID)
+			if !seen[e.txn.xid] {
+				seen[e.txn.xid] = true
+				xids = append(xids, int64(e.txn.xid))
+			}
 		}
 	}
 	var st map[int64]int16
 	if len(ids) > 0 {
 		var err error
-		if st, err = s.table.statuses(ctx, ids); err != nil {
+		if err = s.waitVisible(ctx, xids); err == nil {
+			st, err = s.table.statuses(ctx, ids)
+		}
+		if err != nil {
 			s.mu.Lock()
 			for _, e := range es {
 				s.unclaim(e)
@@ -366,9 +374,9 @@ func (s *Source) claimStream(ctx context.Context, p outbox.ClaimParams, now time
 	for _, e := range es {
 		if !e.checked && e.bad == nil {
 			e.checked = true
-			status, kept := st[e.msg.RowID]
-			e.logOnly = !kept
-			if kept && status != 0 {
+			status, found := st[e.msg.RowID]
+			e.kept = found && status == 0
+			if found && status != 0 {
 				s.win.settle(e) // settled already, by a polling relay or an operator
 				continue
 			}
@@ -381,6 +389,24 @@ func (s *Source) claimStream(ctx context.Context, p outbox.ClaimParams, now time
 	}
 	s.wakeAllLocked() // a skipped entry may free its aggregate's next message
 	return c, nil
+}
+
+// waitVisible waits until the transactions xids are visible to new
+// snapshots (see table.visible), which takes a moment at most.
+func (s *Source) waitVisible(ctx context.Context, xids []int64) error {
+	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		ok, err := s.table.visible(ctx, xids)
+		if err != nil || ok {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // unclaim hands e back without counting the attempt.
@@ -428,20 +454,20 @@ func (s *Source) Ack(ctx context.Context, p outbox.AckParams) (int, error) {
 	if len(mine) == 0 {
 		return n, nil
 	}
-	var ids []int64
-	for _, e := range mine {
-		if !e.logOnly {
-			ids = append(ids, e.msg.RowID)
-		}
+	// Every row, also those the look-up did not find (see entry.kept): a
+	// row the writer deleted is simply not there to change.
+	ids := make([]int64, len(mine))
+	for i, e := range mine {
+		ids[i] = e.msg.RowID
 	}
-	if len(ids) > 0 {
-		changed, err := s.table.markSent(ctx, ids, p.Delete)
-		if err != nil {
-			s.handBack(mine, time.Now())
-			return n, err
-		}
-		if d := len(ids) - changed; d > 0 {
-			s.duplicates.Add(int64(d))
+	changed, err := s.table.markSent(ctx, ids, p.Delete)
+	if err != nil {
+		s.handBack(mine, time.Now())
+		return n, err
+	}
+	for _, e := range mine {
+		if e.kept && !changed[e.msg.RowID] { // settled by someone else meanwhile
+			s.duplicates.Add(1)
 		}
 	}
 	s.mu.Lock()
@@ -520,26 +546,16 @@ func (s *Source) Reschedule(ctx context.Context, p outbox.RescheduleParams) erro
 // the stream ignores), so that `outbox dead list` shows both. Then they
 // leave the window: a dead message never blocks the stream.
 func (s *Source) Kill(ctx context.Context, p outbox.KillParams) error {
-	var kept, logOnly, theirs []outbox.Dead
+	var dead, theirs []outbox.Dead
 	var mine []*entry
 	s.mu.Lock()
 	for _, d := range p.Dead {
-		e, ok := s.win.byMsg[d.Message]
-		switch {
-		case !ok:
+		if e, ok := s.win.byMsg[d.Message]; ok {
+			dead = append(dead, d)
+			mine = append(mine, e)
+		} else {
 			theirs = append(theirs, d)
-			continue
-		case e.bad != nil: // its row may be kept or not: mark it, or record it if it is not
-			kept = append(kept, d)
-			if d.Message.MessageID != "" {
-				logOnly = append(logOnly, d)
-			}
-		case e.logOnly:
-			logOnly = append(logOnly, d)
-		default:
-			kept = append(kept, d)
 		}
-		mine = append(mine, e)
 	}
 	s.mu.Unlock()
 	if len(theirs) > 0 {
@@ -547,14 +563,8 @@ func (s *Source) Kill(ctx context.Context, p outbox.KillParams) error {
 			return err
 		}
 	}
-	var errs []error
-	if len(kept) > 0 {
-		errs = append(errs, s.table.markDead(ctx, kept))
-	}
-	if len(logOnly) > 0 {
-		errs = append(errs, s.table.insertDead(ctx, logOnly))
-	}
-	if err := errors.Join(errs...); err != nil {
+	err := s.kill(ctx, dead)
+	if err != nil {
 		s.handBack(mine, time.Now().Add(s.cfg.retryInterval))
 		return err
 	}
@@ -565,6 +575,29 @@ func (s *Source) Kill(ctx context.Context, p outbox.KillParams) error {
 	s.wakeAllLocked()
 	s.mu.Unlock()
 	return nil
+}
+
+// kill marks the kept rows of dead dead, and inserts the others (rows the
+// writer deleted) as dead rows; a row settled meanwhile stays as it is
+// (the insert skips a message id the table has).
+func (s *Source) kill(ctx context.Context, dead []outbox.Dead) error {
+	if len(dead) == 0 {
+		return nil
+	}
+	marked, err := s.table.markDead(ctx, dead)
+	if err != nil {
+		return err
+	}
+	var rest []outbox.Dead
+	for _, d := range dead {
+		if !marked[d.Message.RowID] && d.Message.MessageID != "" {
+			rest = append(rest, d)
+		}
+	}
+	if len(rest) == 0 {
+		return nil
+	}
+	return s.table.insertDead(ctx, rest)
 }
 
 // Stats reports the table's backlog through the fallback, and without one

@@ -3,6 +3,8 @@ package pgcdc_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -160,19 +162,29 @@ func TestRetryHoldsItsAggregate(t *testing.T) {
 
 func TestBrokerDownPausesTheStream(t *testing.T) {
 	t.Parallel()
-	e := setup(t, true)
-	pub := outboxtest.NewPublisher()
-	pub.FailWith(func(*outbox.Message) error { return outbox.Unavailable(errors.New("broker down")) })
-	r := start(t, e.source(), pub, outbox.WithMaxAttempts(2))
-	waitStreaming(t, r.src)
+	for _, mode := range rowModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, mode.deleted)
+			pub := outboxtest.NewPublisher()
+			pub.FailWith(func(*outbox.Message) error { return outbox.Unavailable(errors.New("broker down")) })
+			r := start(t, e.source(), pub, outbox.WithMaxAttempts(2), outbox.WithMaxInFlight(4),
+				outbox.WithBatchSizeRange(2, 10), outbox.WithOrdering(true, outbox.DeadBlocks))
+			waitStreaming(t, r.src)
 
-	ids := e.write(30, 3, "a")
-	time.Sleep(time.Second) // the outage lasts a while; attempts are not spent
-	require.Zero(t, pub.Count())
-	require.Empty(t, e.statusCounts(), "nothing may go dead while the broker is down")
-	pub.FailWith(nil)
-	waitAll(t, pub, ids)
-	require.True(t, inOrder(pub, ids))
+			ids := e.write(30, 3, "a")
+			ids = append(ids, e.write(30, 3, "b")...)
+			time.Sleep(time.Second) // the outage lasts a while; attempts are not spent
+			require.Zero(t, pub.Count())
+			require.Zero(t, e.statusCounts()[2], "nothing may go dead while the broker is down")
+			pub.FailWith(nil)
+			waitAll(t, pub, ids)
+			if !mode.deleted {
+				testsvc.Eventually(t, 10*time.Second, func() bool { return e.statusCounts()[1] == len(ids) },
+					"kept rows not all marked sent: %v", e.statusCounts())
+			}
+		})
+	}
 }
 
 // TestSlotDroppedFailsOverToPolling drops the slot under a running relay:
@@ -241,4 +253,30 @@ func TestStandbyTakesOver(t *testing.T) {
 	require.Less(t, took, 5*time.Second)
 	more := e.write(10, 1, "b")
 	waitAll(t, pub, more)
+}
+
+// TestConcurrentWritersKeptRowsAllSent: with many writers committing at
+// once, the server sends some commits a moment before other sessions can
+// see them; their rows must still be marked sent, not left pending.
+func TestConcurrentWritersKeptRowsAllSent(t *testing.T) {
+	t.Parallel()
+	e := setup(t, false)
+	pub := outboxtest.NewPublisher()
+	r := start(t, e.source(), pub, outbox.WithMaxInFlight(4))
+	waitStreaming(t, r.src)
+
+	const writers, each = 16, 40
+	var wg sync.WaitGroup
+	ids := make([][]string, writers)
+	for w := range writers {
+		wg.Go(func() { ids[w] = e.write(each, 1, fmt.Sprintf("w%d", w)) })
+	}
+	wg.Wait()
+	var all []string
+	for _, w := range ids {
+		all = append(all, w...)
+	}
+	waitAll(t, pub, all)
+	testsvc.Eventually(t, 10*time.Second, func() bool { return e.statusCounts()[1] == writers*each },
+		"rows left pending after they were sent: %v", e.statusCounts())
 }

@@ -75,23 +75,62 @@ func (t *table) statuses(ctx context.Context, ids []int64) (map[int64]int16, err
 	return out, rows.Err()
 }
 
-// markSent marks pending rows sent (or deletes them) and returns how many
-// it changed: a row no longer pending was settled by someone else (a polling
-// relay during a failover), so the stream's copy was a duplicate.
-func (t *table) markSent(ctx context.Context, ids []int64, del bool) (int, error) {
-	q := `UPDATE ` + t.ident + ` SET status = 1, updated_at = now() WHERE id = ANY($1) AND status = 0`
-	if del {
-		q = `DELETE FROM ` + t.ident + ` WHERE id = ANY($1) AND status = 0`
-	}
-	tag, err := t.pool.Exec(ctx, q, ids)
+// visible reports whether every one of the transactions xids (32-bit, as
+// pgoutput's BEGIN gives them) is visible to a snapshot taken now. The
+// server may send a transaction a moment before it is visible to other
+// sessions (its commit is in the log before the backend leaves the
+// snapshot's running set), and a look-up in that moment would take its
+// rows for deleted. The 64-bit id is rebuilt with the epoch of the
+// snapshot's xmax, one less when the 32-bit id is above xmax's (the
+// counter wrapped since).
+func (t *table) visible(ctx context.Context, xids []int64) (bool, error) {
+	var ok bool
+	err := t.pool.QueryRow(ctx, `SELECT COALESCE(bool_and(pg_visible_in_snapshot(
+    ((((pg_snapshot_xmax(snap.s)::text::bigint) >> 32)
+      - CASE WHEN x > (pg_snapshot_xmax(snap.s)::text::bigint & 4294967295) THEN 1 ELSE 0 END) << 32 | x)::text::xid8,
+    snap.s)), true)
+FROM (SELECT pg_current_snapshot() AS s) AS snap, unnest($1::bigint[]) AS x`, xids).Scan(&ok)
 	if err != nil {
-		return 0, fmt.Errorf("pgcdc: mark %d rows sent: %w", len(ids), err)
+		return false, fmt.Errorf("pgcdc: check that transactions are visible: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return ok, nil
 }
 
-// markDead marks kept rows dead, recording the attempts and the reason.
-func (t *table) markDead(ctx context.Context, dead []outbox.Dead) error {
+// markSent marks pending rows sent (or deletes them) and returns the ids
+// it changed: a row no longer pending was settled by someone else (a polling
+// relay during a failover), so the stream's copy was a duplicate.
+func (t *table) markSent(ctx context.Context, ids []int64, del bool) (map[int64]bool, error) {
+	q := `UPDATE ` + t.ident + ` SET status = 1, updated_at = now() WHERE id = ANY($1) AND status = 0 RETURNING id`
+	if del {
+		q = `DELETE FROM ` + t.ident + ` WHERE id = ANY($1) AND status = 0 RETURNING id`
+	}
+	changed, err := t.changedIDs(ctx, q, ids)
+	if err != nil {
+		return nil, fmt.Errorf("pgcdc: mark %d rows sent: %w", len(ids), err)
+	}
+	return changed, nil
+}
+
+// changedIDs runs a statement that returns ids and collects them.
+func (t *table) changedIDs(ctx context.Context, q string, args ...any) (map[int64]bool, error) {
+	rows, err := t.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	changed := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		changed[id] = true
+	}
+	return changed, nil
+}
+
+// markDead marks pending rows dead, recording the attempts and the
+// reason, and returns the ids it changed.
+func (t *table) markDead(ctx context.Context, dead []outbox.Dead) (map[int64]bool, error) {
 	ids, attempts, reasons := make([]int64, len(dead)), make([]int32, len(dead)), make([]string, len(dead))
 	for i, d := range dead {
 		ids[i], attempts[i], reasons[i] = d.Message.RowID, int32(d.Message.Attempt), clean(d.Reason)
@@ -102,11 +141,13 @@ func (t *table) markDead(ctx context.Context, dead []outbox.Dead) error {
 	}
 	q := `UPDATE ` + t.ident + ` AS o SET status = 2, retry_count = d.attempt, updated_at = now()` + setErr + `
 FROM unnest($1::bigint[], $2::integer[], $3::text[]) AS d(id, attempt, reason)
-WHERE o.id = d.id AND o.status = 0`
-	if _, err := t.pool.Exec(ctx, q, ids, attempts, reasons); err != nil {
-		return fmt.Errorf("pgcdc: mark %d rows dead: %w", len(dead), err)
+WHERE o.id = d.id AND o.status = 0
+RETURNING o.id`
+	changed, err := t.changedIDs(ctx, q, ids, attempts, reasons)
+	if err != nil {
+		return nil, fmt.Errorf("pgcdc: mark %d rows dead: %w", len(dead), err)
 	}
-	return nil
+	return changed, nil
 }
 
 // insertDead records messages whose rows the writer deleted as dead rows,

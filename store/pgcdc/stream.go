@@ -295,6 +295,7 @@ func (r *reader) handle(data []byte) error {
 	case *pglogrepl.BeginMessage:
 		s.mu.Lock()
 		r.cur = s.win.begin()
+		r.cur.xid = m.Xid
 		s.mu.Unlock()
 	case *pglogrepl.InsertMessage:
 		rel := r.rels[m.RelationID]

@@ -25,14 +25,19 @@ type entry struct {
 	txn      *txn
 	state    entryState
 	due      time.Time
-	attempts int  // attempts counted so far (not refunded)
-	logOnly  bool // the table had no row for it (the writer deleted it): nothing to settle there
-	checked  bool // its row's status was looked up
-	stale    bool // read on an earlier connection: settling it leaves the window alone
+	attempts int // attempts counted so far (not refunded)
+	// kept: the look-up found its row pending. A row it did not find was
+	// deleted by its writer, or is not visible yet: the server can send a
+	// commit a moment before it is visible to other sessions' snapshots,
+	// so a missing row is settled in the table all the same.
+	kept    bool
+	checked bool // its row's status was looked up
+	stale   bool // read on an earlier connection: settling it leaves the window alone
 }
 
 // txn is one committed (or still arriving) transaction of the stream.
 type txn struct {
+	xid       uint32        // its transaction id, from BEGIN
 	end       pglogrepl.LSN // the transaction's end LSN, known at its commit
 	open      int           // its entries not yet settled
 	committed bool
