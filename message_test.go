@@ -168,6 +168,35 @@ func TestWriterFillsIDsAndTraceContext(t *testing.T) {
 	require.Len(t, ins.got, 2)
 }
 
+// deletingInserter also records the deletes of WithDeleteAfterInsert.
+type deletingInserter struct {
+	recordingInserter
+	deleted [][]*Message
+}
+
+func (d *deletingInserter) DeleteTx(_ context.Context, _ struct{}, msgs []*Message) error {
+	d.deleted = append(d.deleted, msgs)
+	return nil
+}
+
+func TestWriterDeleteAfterInsert(t *testing.T) {
+	t.Parallel()
+	ins := &deletingInserter{}
+	w := NewWriter[struct{}](ins, WithDeleteAfterInsert())
+	a, b := validMsg(), validMsg()
+	require.NoError(t, w.Write(context.Background(), struct{}{}, a, b))
+	require.Equal(t, [][]*Message{{a, b}}, ins.got)
+	require.Equal(t, [][]*Message{{a, b}}, ins.deleted, "the rows are deleted in the same transaction")
+
+	// Without the option nothing is deleted.
+	plain := &deletingInserter{}
+	require.NoError(t, NewWriter[struct{}](plain).Write(context.Background(), struct{}{}, validMsg()))
+	require.Empty(t, plain.deleted)
+
+	// A store that cannot delete is a programmer error, found at construction.
+	require.Panics(t, func() { NewWriter[struct{}](&recordingInserter{}, WithDeleteAfterInsert()) })
+}
+
 func TestErrorClasses(t *testing.T) {
 	t.Parallel()
 	base := errors.New("boom")

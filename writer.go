@@ -22,16 +22,26 @@ type TxInserter[TTx any] interface {
 	InsertTx(ctx context.Context, tx TTx, msgs []*Message) error
 }
 
+// TxDeleter deletes messages' rows in the caller's open transaction; stores
+// implement it so that a Writer can use [WithDeleteAfterInsert].
+type TxDeleter[TTx any] interface {
+	// DeleteTx deletes the rows of msgs (by MessageID) in tx. It must not
+	// commit or roll back tx.
+	DeleteTx(ctx context.Context, tx TTx, msgs []*Message) error
+}
+
 // Writer writes messages inside the caller's transaction: they become visible
 // to relays when the transaction commits and vanish if it rolls back. A Writer
 // is safe for concurrent use.
 type Writer[TTx any] struct {
 	ins TxInserter[TTx]
+	del TxDeleter[TTx] // with WithDeleteAfterInsert
 	cfg writerConfig
 }
 
 type writerConfig struct {
-	maxPayload int
+	maxPayload        int
+	deleteAfterInsert bool
 }
 
 // WriterOption configures a [Writer]. Its options are named
@@ -44,8 +54,19 @@ type WriterOption func(*writerConfig)
 // (1 MiB).
 func WithWriterMaxPayloadSize(n int) WriterOption { return func(c *writerConfig) { c.maxPayload = n } }
 
+// WithDeleteAfterInsert makes Write delete the rows it inserted, in the same
+// transaction: the table stays empty and each message exists only in the
+// database's log, for a change-data-capture relay (store/pgcdc) to read, as
+// Debezium's outbox does. A polling relay never sees such messages, and if
+// the replication slot is lost they are lost with it (docs/cdc.md). The
+// store must implement [TxDeleter]. Default: off (rows are kept).
+func WithDeleteAfterInsert() WriterOption {
+	return func(c *writerConfig) { c.deleteAfterInsert = true }
+}
+
 // NewWriter returns a Writer that inserts through ins (a store). It panics if
-// ins is nil, a programmer error.
+// ins is nil, or with WithDeleteAfterInsert if ins is not a [TxDeleter]:
+// programmer errors.
 func NewWriter[TTx any](ins TxInserter[TTx], opts ...WriterOption) *Writer[TTx] {
 	if ins == nil {
 		panic("outbox: NewWriter with a nil TxInserter")
@@ -54,7 +75,15 @@ func NewWriter[TTx any](ins TxInserter[TTx], opts ...WriterOption) *Writer[TTx] 
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return &Writer[TTx]{ins: ins, cfg: cfg}
+	w := &Writer[TTx]{ins: ins, cfg: cfg}
+	if cfg.deleteAfterInsert {
+		d, ok := ins.(TxDeleter[TTx])
+		if !ok {
+			panic(fmt.Sprintf("outbox: WithDeleteAfterInsert with %T, which cannot delete (no DeleteTx)", ins))
+		}
+		w.del = d
+	}
+	return w
 }
 
 // Write validates msgs and inserts them in tx. It fills an empty MessageID with
@@ -83,6 +112,11 @@ func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...*Message) error
 	}
 	if err := w.ins.InsertTx(ctx, tx, msgs); err != nil {
 		return fmt.Errorf("outbox: write %d messages: %w", len(msgs), err)
+	}
+	if w.del != nil {
+		if err := w.del.DeleteTx(ctx, tx, msgs); err != nil {
+			return fmt.Errorf("outbox: write %d messages: delete after insert: %w", len(msgs), err)
+		}
 	}
 	return nil
 }

@@ -130,6 +130,28 @@ func TestRunPostgresHeldClaims(t *testing.T) {
 	require.Zero(t, tables, "the run left its table behind")
 }
 
+// TestRunPostgresCDC drains and measures latency with source cdc: the
+// slot made before the preload holds the whole backlog, and the stream
+// delivers each row once.
+func TestRunPostgresCDC(t *testing.T) {
+	t.Parallel()
+	pool, _, dsn := testsvc.PostgresSchema(t)
+	var out bytes.Buffer
+	rep, err := Run(t.Context(), Config{DB: dsn, Broker: testsvc.NATSURL(t), Rows: 2000, Rate: 200, Duration: time.Second,
+		SkipBaseline: true, BatchSize: 100, Source: SourceCDC, NoNotify: true}, &out)
+	require.NoError(t, err)
+	require.Equal(t, SourceCDC, rep.Settings.Source)
+	require.Len(t, rep.Drain, 1)
+	require.True(t, rep.Drain[0].Complete, "checkDelivered found every row sent and the stream holding each once")
+	require.Equal(t, 2000, rep.Drain[0].Delivered)
+	require.Contains(t, out.String(), ", source cdc (the write-ahead log)\n")
+	// The run dropped its slots (only this branch's cdc bench makes such names).
+	var left int
+	require.NoError(t, pool.QueryRow(t.Context(),
+		`SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'outbox\_outbox\_bench\_%'`).Scan(&left))
+	require.Zero(t, left, "the run left a replication slot behind")
+}
+
 // TestRunPostgresReference drains with the outbox relay and then with the
 // reference loop, two loops sharing the table, deleting rows and marking
 // them sent: the reference loop delivers the whole backlog once
@@ -273,6 +295,9 @@ func TestConfigValidate(t *testing.T) {
 		{"HeldClaimsWithBatchLease", Config{HeldClaims: true, BatchLease: true}, []string{"held claims exclude batch leases"}},
 		{"Reference", Config{DB: "postgres://db/x", Reference: true, Tests: []string{"drain"}}, nil},
 		{"ReferenceNotPostgres", Config{Reference: true}, []string{"reference loop needs PostgreSQL"}},
+		{"SourceCDC", Config{DB: "postgres://db/x", Source: SourceCDC}, nil},
+		{"SourceCDCNotPostgres", Config{Source: SourceCDC}, []string{"source: cdc needs PostgreSQL"}},
+		{"SourceUnknown", Config{Source: "binlog"}, []string{`source: "binlog" is not polling or cdc`}},
 		{"Matrix", Config{Matrix: "ordering"}, nil},
 		{"MatrixWithDrain", Config{Matrix: "shapes", Tests: []string{"drain"}, Count: 3, Aggregates: 100}, nil},
 		{"BadMatrix", Config{Matrix: "colour=red"}, []string{`matrix: axis "colour" is unknown`}},

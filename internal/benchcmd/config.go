@@ -20,6 +20,12 @@ const (
 	TestLatency = "latency" // offer a steady rate of writes, measure commit to broker acknowledgement
 )
 
+// The sources of the outbox relay (Config.Source).
+const (
+	SourcePolling = "polling"
+	SourceCDC     = "cdc"
+)
+
 // Defaults of [Config], used where a field is zero.
 const (
 	DefaultRows         = 100_000
@@ -140,6 +146,12 @@ type Config struct {
 	librarySizing bool
 	// DeleteSent deletes published rows instead of marking them sent.
 	DeleteSent bool
+	// Source is where the outbox relay finds messages: SourcePolling (or
+	// empty) claims from the table; SourceCDC reads the table's inserts
+	// from the write-ahead log (store/pgcdc, PostgreSQL with wal_level =
+	// logical only). With cdc each test of the outbox relay creates a slot
+	// before it writes and drops it at its end.
+	Source string
 	// AsyncCommit commits the relay's statements without waiting for the
 	// disk (PostgreSQL only: pgstore.WithAsyncCommit).
 	AsyncCommit bool
@@ -251,6 +263,12 @@ func (c Config) validate() error {
 		kind, _ := dbKind(c.DB)
 		check(kind == "postgres", "reference: the reference loop needs PostgreSQL (DELETE … RETURNING with SKIP LOCKED)")
 		check(slices.Contains(c.Tests, TestDrain), "reference: it runs in the drain test, which is not run")
+	}
+	check(c.Source == "" || c.Source == SourcePolling || c.Source == SourceCDC,
+		"source: %q is not %s or %s", c.Source, SourcePolling, SourceCDC)
+	if c.Source == SourceCDC {
+		kind, _ := dbKind(c.DB)
+		check(kind == "postgres", "source: cdc needs PostgreSQL")
 	}
 	if c.Chart != "" {
 		check(strings.EqualFold(filepath.Ext(c.Chart), ".svg"), "chart: %q does not end in .svg", c.Chart)

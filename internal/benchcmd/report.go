@@ -51,6 +51,9 @@ func writeReport(out io.Writer, rep *Report, asJSON bool) error {
 	if s.HeldClaims {
 		b.WriteString(", held claims")
 	}
+	if s.Source == SourceCDC {
+		b.WriteString(", source cdc (the write-ahead log)")
+	}
 	b.WriteString("\n")
 
 	if rep.Matrix != nil {

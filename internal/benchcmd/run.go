@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/store/pgcdc"
 )
 
 // grace is how long a latency test waits, after the last write, for the
@@ -65,6 +66,7 @@ type Settings struct {
 	NotifyIntervalMs float64 `json:"notify_interval_ms,omitempty"`
 	BatchLease       bool    `json:"batch_lease,omitempty"` // PostgreSQL only
 	HeldClaims       bool    `json:"held_claims,omitempty"` // PostgreSQL only
+	Source           string  `json:"source,omitempty"`      // the outbox relay's: polling, or cdc (PostgreSQL only)
 	Writers          int     `json:"writers"`               // the latency test's concurrent write transactions
 	Ordering         bool    `json:"ordering"`
 	Aggregates       int     `json:"aggregates"` // the messages are spread over this many, round-robin
@@ -144,7 +146,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			PollIntervalMs: float64(cfg.PollInterval) / float64(time.Millisecond), DeleteSent: cfg.DeleteSent,
 			AsyncCommit: cfg.AsyncCommit && db.kind == "postgres", Notify: !cfg.NoNotify && db.kind == "postgres",
 			BatchLease: cfg.BatchLease && db.kind == "postgres", HeldClaims: cfg.HeldClaims && db.kind == "postgres",
-			Writers: cfg.Writers, Ordering: cfg.Ordering, Aggregates: cfg.Aggregates},
+			Writers: cfg.Writers, Ordering: cfg.Ordering, Aggregates: cfg.Aggregates, Source: cfg.Source},
 	}
 	if rep.Settings.Notify {
 		rep.Settings.NotifyIntervalMs = float64(max(cfg.NotifyInterval, 0)) / float64(time.Millisecond)
@@ -246,8 +248,59 @@ func (r *run) relays(relay string, onAck func([]*outbox.Message, []error, time.T
 	if newStore == nil {
 		newStore = func() (outbox.Store, error) { return r.db.store, nil }
 	}
+	var src *pgcdc.Source
+	if r.cfg.Source == SourceCDC {
+		slot, pub := cdcNames(r.db.table)
+		src, err = pgcdc.New(r.db.pool, r.db.dsn, pgcdc.WithTable(r.db.table), pgcdc.WithSlot(slot),
+			pgcdc.WithPublication(pub), pgcdc.WithFallback(r.db.store))
+		if err != nil {
+			return nil, nil, err
+		}
+		newStore = func() (outbox.Store, error) { return src, nil }
+	}
 	rs, err := outboxRelays(r.cfg, newStore, rec)
+	if src != nil {
+		rs = append(rs, src) // one stream feeds every relay loop
+	}
 	return rs, rec, err
+}
+
+// cdcNames are the slot and the publication of the cdc source on table.
+func cdcNames(table string) (slot, publication string) {
+	return "outbox_" + table, "outbox_" + table + "_pub"
+}
+
+// cdcSlot creates, for a test of the outbox relay with source cdc, the
+// publication and the slot before the test writes, so that the slot holds
+// every row of the test (as after `outbox migrate --cdc`), and returns what
+// drops them once the test's relays stopped. Otherwise it does nothing.
+func (r *run) cdcSlot(ctx context.Context, relay string) (drop func(), err error) {
+	if r.cfg.Source != SourceCDC || relay != relayOutbox {
+		return func() {}, nil
+	}
+	slot, pub := cdcNames(r.db.table)
+	if _, err := r.db.pool.Exec(ctx, "CREATE PUBLICATION "+pub+" FOR TABLE "+r.db.table+" WITH (publish = 'insert')"); err != nil {
+		return nil, fmt.Errorf("cdc: create publication: %w", err)
+	}
+	drop = func() {
+		// The server may count the slot active for a moment after the
+		// source's connection closed: try again until it lets go.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), setupTimeout)
+		defer cancel()
+		_, _ = r.db.pool.Exec(dctx, "DROP PUBLICATION IF EXISTS "+pub)
+		for {
+			_, err := r.db.pool.Exec(dctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", slot)
+			if err == nil || dctx.Err() != nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if _, err := r.db.pool.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
+		drop()
+		return nil, fmt.Errorf("cdc: create slot (wal_level must be logical): %w", err)
+	}
+	return drop, nil
 }
 
 // start runs the runners until the returned stop is called; stop returns
@@ -295,6 +348,11 @@ func (r *run) drain(ctx context.Context, relay string) (*DrainResult, error) {
 	if err := r.reset(ctx); err != nil {
 		return nil, err
 	}
+	dropSlot, err := r.cdcSlot(ctx, relay)
+	if err != nil {
+		return nil, err
+	}
+	defer dropSlot()
 	if err := r.preload(ctx, rows); err != nil {
 		return nil, err
 	}
@@ -406,6 +464,11 @@ func (r *run) latency(ctx context.Context, relay string) (*LatencyResult, error)
 	if err := r.reset(ctx); err != nil {
 		return nil, err
 	}
+	dropSlot, err := r.cdcSlot(ctx, relay)
+	if err != nil {
+		return nil, err
+	}
+	defer dropSlot()
 	warm := int(int64(r.cfg.Rate) * int64(warmup) / int64(time.Second))
 	measured := int(int64(r.cfg.Rate) * int64(dur) / int64(time.Second))
 	total := warm + measured

@@ -39,6 +39,8 @@ type database struct {
 	sqlDB *sql.DB
 	// pool is the PostgreSQL pool (nil on other databases): the reference loop's.
 	pool *pgxpool.Pool
+	// dsn is the PostgreSQL URL, for the cdc source's replication connection.
+	dsn string
 	// write inserts msgs in one transaction through the library's Writer.
 	write func(ctx context.Context, msgs []*outbox.Message) error
 	// bind is the placeholder of the statement's first parameter: $1 or ?.
@@ -150,7 +152,7 @@ func (d *database) openPostgres(ctx context.Context, cfg Config, raw string, con
 	d.relayStore = func() (outbox.Store, error) { return pgstore.New(pool, opts...) }
 	w := outbox.NewWriter(st)
 	d.desc = "PostgreSQL at " + redact.URLs(raw)
-	d.store, d.pool = st, pool
+	d.store, d.pool, d.dsn = st, pool, raw
 	d.sqlDB = stdlib.OpenDBFromPool(pool)
 	d.closers = append(d.closers, func() { d.sqlDB.Close() })
 	d.write = func(ctx context.Context, msgs []*outbox.Message) error {

@@ -283,6 +283,7 @@ func demoCommand() *ucli.Command {
 			&ucli.FloatFlag{Name: "declines", Value: demo.DefaultDeclines, Usage: "fraction of payments the card processor declines (`F`); negative = none"},
 			&ucli.Int64Flag{Name: "seed", Usage: "seed of the declines and arrival jitter (`N`); 0 = random"},
 			&ucli.DurationFlag{Name: "drain-timeout", Value: demo.DefaultDrainTimeout, Usage: "longest wait for every path to deliver (`DURATION`)"},
+			&ucli.BoolFlag{Name: "cdc", Usage: "PostgreSQL with wal_level = logical: the outbox relay reads the write-ahead log (source cdc) instead of polling"},
 			&ucli.BoolFlag{Name: "quiet", Usage: "print only the final table"},
 			&ucli.BoolFlag{Name: "verbose", Usage: "log what the services do (lost publishes, retries) to stderr"},
 		},
@@ -296,6 +297,7 @@ func demoCommand() *ucli.Command {
 				OutageFor:    cmd.Duration("outage-for"),
 				Declines:     cmd.Float("declines"),
 				Seed:         cmd.Int64("seed"),
+				CDC:          cmd.Bool("cdc"),
 				DrainTimeout: cmd.Duration("drain-timeout"),
 				Quiet:        cmd.Bool("quiet"),
 			}

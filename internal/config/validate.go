@@ -102,8 +102,8 @@ func (c *Config) validateCDC(p *problems) {
 	if len(c.CDCPublication) > 63 {
 		p.add("cdc_publication", "%q is longer than 63 bytes", c.CDCPublication)
 	}
-	if c.CDCFailoverAfter < 0 {
-		p.add("cdc_failover_after", "%v is negative", c.CDCFailoverAfter)
+	if c.CDCFailoverAfter < 0 || c.Source == SourceCDC && c.CDCFailoverAfter == 0 {
+		p.add("cdc_failover_after", "%v is not positive", c.CDCFailoverAfter)
 	}
 }
 

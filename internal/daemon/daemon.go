@@ -213,9 +213,20 @@ func (d *Daemon) run(ctx context.Context) error {
 		d.httpURL.Store(&u)
 	}
 
+	var store outbox.Store = db.Store
+	src, err := d.cdcSource(db, reg)
+	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		return err
+	}
+	if src != nil {
+		store = src
+	}
 	relays := make([]*outbox.Relay, cfg.Relays)
 	for i := range relays {
-		if relays[i], err = outbox.NewRelay(db.Store, pub, d.relayOptions(i, hooks)...); err != nil {
+		if relays[i], err = outbox.NewRelay(store, pub, d.relayOptions(i, hooks)...); err != nil {
 			if ln != nil {
 				ln.Close()
 			}
@@ -232,7 +243,7 @@ func (d *Daemon) run(ctx context.Context) error {
 	}
 
 	attrs := []any{slog.String("name", cfg.Name), slog.Int("relays", cfg.Relays), slog.String("table", cfg.Table),
-		slog.String("db_scheme", db.Scheme), slog.Int("db_max_conns", cfg.PoolSize())}
+		slog.String("db_scheme", db.Scheme), slog.Int("db_max_conns", cfg.PoolSize()), slog.String("source", cfg.Source)}
 	names := make([]string, len(brokers))
 	for i, b := range brokers {
 		names[i] = b.name + "=" + b.scheme
@@ -244,6 +255,9 @@ func (d *Daemon) run(ctx context.Context) error {
 	d.log.Info("daemon started", attrs...)
 
 	g, gctx := errgroup.WithContext(ctx)
+	if src != nil {
+		g.Go(func() error { return src.Run(gctx) })
+	}
 	for _, r := range relays {
 		g.Go(func() error {
 			if m != nil {

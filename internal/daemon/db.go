@@ -64,8 +64,7 @@ type DB struct {
 	Store Store
 	// Scheme is the URL scheme the database was opened by (postgres, sqlite, mysql).
 	Scheme string
-	// Pool is the PostgreSQL pool the Store works on (for what lives
-	// beside the table, such as the CDC slot); nil for other databases.
+	// Pool is the pgx pool of a postgres:// database, nil for others.
 	Pool  *pgxpool.Pool
 	close func()
 }

@@ -72,6 +72,12 @@ type Config struct {
 	// Run fails with an error saying what is left when the outbox has not
 	// drained by then. Default: DefaultDrainTimeout (30 s).
 	DrainTimeout time.Duration
+	// CDC makes the outbox path's relay read the outbox table's inserts
+	// from PostgreSQL's write-ahead log (store/pgcdc, source cdc) instead of
+	// polling it: PostgreSQL with wal_level = logical only. The run creates
+	// a slot and a publication for its table and drops them at the end.
+	// Default: false.
+	CDC bool
 	// Quiet prints only the final table, no progress. Default: false.
 	Quiet bool
 	// Logger receives what the services log: the naive paths' lost
@@ -122,9 +128,11 @@ func (cfg Config) validate() error {
 	check(cfg.OutageFor > 0, "outage length: %v is not positive", cfg.OutageFor)
 	check(cfg.Declines < 0.5, "declines: %v is not below 0.5", cfg.Declines)
 	check(cfg.DrainTimeout > 0, "drain timeout: %v is not positive", cfg.DrainTimeout)
-	if _, err := dbKind(cfg.DB); err != nil {
+	d, err := dbKind(cfg.DB)
+	if err != nil {
 		errs = append(errs, err)
 	}
+	check(!cfg.CDC || d == postgresDialect, "cdc: needs PostgreSQL (--db postgres://...)")
 	if cfg.Broker != "" {
 		if u, err := url.Parse(cfg.Broker); err != nil || u.Scheme != "nats" || u.Host == "" {
 			errs = append(errs, fmt.Errorf("broker: want nats://host:port or nothing (embedded), got %q", redact.URLs(cfg.Broker)))

@@ -114,6 +114,9 @@ func (r *runner) run(ctx context.Context, out io.Writer) (*Summary, error) {
 		if p.relay != nil {
 			wg.Go(func() { _ = p.relay.Run(bg) }) // returns nil when bg ends
 		}
+		if p.cdc != nil {
+			wg.Go(func() { _ = p.cdc.Run(bg) })
+		}
 	}
 	wg.Go(func() { prog.run(bg) })
 	outageOver := make(chan struct{})

@@ -135,6 +135,25 @@ func TestRunPostgresAndNATS(t *testing.T) {
 	}
 }
 
+// TestRunPostgresCDC runs the outbox path's relay on the write-ahead log:
+// the same incident, every paid order shipped once, and no slot left.
+func TestRunPostgresCDC(t *testing.T) {
+	t.Parallel()
+	pool, schema, dsn := testsvc.PostgresSchema(t)
+	cfg := smallRun()
+	cfg.DB, cfg.Broker, cfg.Quiet, cfg.CDC = dsn, testsvc.NATSURL(t), true, true
+	var out bytes.Buffer
+	s, err := Run(t.Context(), cfg, &out)
+	require.NoError(t, err)
+	t.Logf("\n%s", out.String())
+	requireIncident(t, cfg, s, false)
+	requireNoTables(t, pool, schema)
+	var slots int
+	require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1",
+		"outbox_outbox_demo_"+s.Run+"%").Scan(&slots))
+	require.Zero(t, slots, "the run left its replication slot behind")
+}
+
 // TestRunBrokerDownThroughout keeps the broker dark for the whole payment
 // phase and beyond, so that the relay cannot miss the outage however slow
 // the machine. The last quarter of the payments meets refused connections.
@@ -228,6 +247,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		{"Negatives", Config{PayTime: -time.Second, OutageAt: -1, OutageFor: -1, DrainTimeout: -1},
 			[]string{"pay time", "outage start", "outage length", "drain timeout"}},
 		{"Declines", Config{Declines: 0.6}, []string{"declines: 0.6"}},
+		{"CDCOnSQLite", Config{CDC: true}, []string{"cdc: needs PostgreSQL"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/store/pgcdc"
 )
 
 // pathKind is one way of writing the payment service's code.
@@ -72,6 +73,7 @@ type path struct {
 	writer *outbox.Writer[*sql.Tx] // the outbox path
 	store  outbox.Store
 	relay  *outbox.Relay
+	cdc    *pgcdc.Source // with Config.CDC: reads the stream beside the relay
 
 	ship *shipping
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,6 +18,7 @@ import (
 	"github.com/outboxkit/outbox/inbox"
 	"github.com/outboxkit/outbox/internal/redact"
 	"github.com/outboxkit/outbox/publisher/natspub"
+	"github.com/outboxkit/outbox/store/pgcdc"
 	"github.com/outboxkit/outbox/store/pgstore"
 	"github.com/outboxkit/outbox/store/sqlitestore"
 )
@@ -226,6 +228,11 @@ func (r *runner) newRelay(ctx context.Context, p *path) error {
 		if p.store, err = pgstore.New(relayPool, pgstore.WithTable(p.t.outbox)); err != nil {
 			return err
 		}
+		if r.cfg.CDC {
+			if err := r.newCDC(ctx, p, relayPool); err != nil {
+				return err
+			}
+		}
 	} else {
 		s, err := sqlitestore.New(p.db, sqlitestore.WithTable(p.t.outbox))
 		if err != nil {
@@ -254,4 +261,41 @@ func (r *runner) newRelay(ctx context.Context, p *path) error {
 	}
 	p.relay, err = outbox.NewRelay(p.store, pub, relayOptions(r.cfg, p)...)
 	return err
+}
+
+// newCDC makes the outbox path's relay read the table's inserts from the
+// write-ahead log: it creates the table's publication and slot before any
+// payment (as `outbox migrate --cdc` would), drops them at the end, and
+// puts a pgcdc.Source, polling the table as its fallback, in front of the
+// path's store.
+func (r *runner) newCDC(ctx context.Context, p *path, pool *pgxpool.Pool) error {
+	slot, pub := "outbox_"+p.t.outbox, "outbox_"+p.t.outbox+"_pub"
+	r.onCleanup(func(ctx context.Context) error {
+		c, err := pgx.Connect(ctx, r.cfg.DB)
+		if err != nil {
+			return err
+		}
+		defer c.Close(context.WithoutCancel(ctx))
+		_, _ = c.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pub)
+		for { // the server may count the slot active for a moment after the relay stopped
+			_, err := c.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", slot)
+			if err == nil || ctx.Err() != nil {
+				return err
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	if _, err := pool.Exec(ctx, "CREATE PUBLICATION "+pub+" FOR TABLE "+p.t.outbox+" WITH (publish = 'insert')"); err != nil {
+		return fmt.Errorf("cdc: create publication: %w", err)
+	}
+	if _, err := pool.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
+		return fmt.Errorf("cdc: create slot (wal_level must be logical): %w", err)
+	}
+	src, err := pgcdc.New(pool, r.cfg.DB, pgcdc.WithTable(p.t.outbox), pgcdc.WithSlot(slot), pgcdc.WithPublication(pub),
+		pgcdc.WithFallback(p.store), pgcdc.WithLogger(r.cfg.Logger))
+	if err != nil {
+		return err
+	}
+	p.store, p.cdc = src, src
+	return nil
 }

@@ -119,3 +119,31 @@ func insertError(n int, err error) error {
 	}
 	return fmt.Errorf("pgstore: insert %d messages: %w", n, err)
 }
+
+// DeleteTx deletes the rows of msgs, by message id, in the caller's
+// transaction tx, for outbox.WithDeleteAfterInsert: inserted and deleted in
+// one transaction, a message exists only in the log, for store/pgcdc.
+func (s *Store) DeleteTx(ctx context.Context, tx pgx.Tx, msgs []*outbox.Message) error {
+	_, err := tx.Exec(ctx, "DELETE FROM "+s.ident+" WHERE message_id = ANY($1)", messageIDs(msgs))
+	if err != nil {
+		return fmt.Errorf("pgstore: delete %d messages: %w", len(msgs), err)
+	}
+	return nil
+}
+
+// DeleteTx deletes the rows of msgs in tx, like [Store.DeleteTx].
+func (i sqlInserter) DeleteTx(ctx context.Context, tx *sql.Tx, msgs []*outbox.Message) error {
+	_, err := tx.ExecContext(ctx, "DELETE FROM "+i.s.ident+" WHERE message_id = ANY($1)", messageIDs(msgs))
+	if err != nil {
+		return fmt.Errorf("pgstore: delete %d messages: %w", len(msgs), err)
+	}
+	return nil
+}
+
+func messageIDs(msgs []*outbox.Message) []string {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.MessageID
+	}
+	return ids
+}

@@ -33,6 +33,7 @@ var (
 	_ outbox.Notifier           = (*Store)(nil)
 	_ outbox.RowCounter         = (*Store)(nil)
 	_ outbox.TxInserter[pgx.Tx] = (*Store)(nil)
+	_ outbox.TxDeleter[pgx.Tx]  = (*Store)(nil)
 )
 
 // Store is an [outbox.Store] on a PostgreSQL table, through a pgx v5 pool.

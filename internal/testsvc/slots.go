@@ -1,0 +1,74 @@
+package testsvc
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ReplicationSlot returns the names of a replication slot and a
+// publication for t, after the schema PostgresSchema gave it, and drops
+// both when t ends, ending first whatever still streams the slot: a slot
+// left behind makes the shared server keep its write-ahead log forever.
+func ReplicationSlot(t testing.TB, schema string) (slot, publication string) {
+	t.Helper()
+	slot, publication = schema+"_slot", schema+"_pub"
+	t.Cleanup(func() {
+		if err := DropReplicationSlot(slot, publication); err != nil {
+			t.Errorf("drop replication slot %s: %v", slot, err)
+		}
+	})
+	return slot, publication
+}
+
+// DropReplicationSlot ends the connection that streams slot, if any, and
+// drops the slot and the publication, retrying for up to 20 seconds while
+// the server still counts the slot active.
+func DropReplicationSlot(slot, publication string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, PostgresURL())
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{publication}.Sanitize()); err != nil {
+		return err
+	}
+	for {
+		_, _ = c.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot)
+		_, err = c.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// LeftoverSlots returns the replication slots that tests of this process
+// made (named after PostgresSchema's schemas) and did not drop. A TestMain
+// calls it after the tests to fail the run if any survived.
+func LeftoverSlots() ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, PostgresURL())
+	if err != nil {
+		return nil, nil // no server, no slot
+	}
+	defer c.Close(context.Background())
+	prefix := fmt.Sprintf("t%d\\_", os.Getpid()%100000)
+	rows, err := c.Query(ctx, `SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE $1 || '%'`, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}

@@ -1,0 +1,664 @@
+package pgcdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox"
+)
+
+// Defaults of the options.
+const (
+	// DefaultTable is the outbox table unless WithTable says otherwise.
+	DefaultTable = "outbox_message"
+	// DefaultFailoverAfter is how long the stream may be down before the
+	// source polls the table instead (WithFailoverAfter).
+	DefaultFailoverAfter = 30 * time.Second
+	// DefaultRetryInterval is how often the source tries to start streaming
+	// again while it cannot (WithRetryInterval); it bounds a standby's
+	// takeover time.
+	DefaultRetryInterval = time.Second
+	// DefaultMaxWindow is the most messages read from the stream and not yet
+	// settled that the source holds in memory (WithMaxWindow).
+	DefaultMaxWindow = 10000
+	// DefaultStatusInterval is how often the source confirms its position
+	// to the server (WithStatusInterval).
+	DefaultStatusInterval = time.Second
+)
+
+// Mode is what a Source's claims read.
+type Mode int32
+
+// The modes of a Source.
+const (
+	ModeStream  Mode = iota // claims hand out what the stream read
+	ModePolling             // claims poll the table (the fallback store)
+	ModeStandby             // another process streams the slot; claims hand out nothing
+)
+
+// String returns stream, polling or standby.
+func (m Mode) String() string {
+	switch m {
+	case ModeStream:
+		return "stream"
+	case ModePolling:
+		return "polling"
+	case ModeStandby:
+		return "standby"
+	}
+	return fmt.Sprintf("mode(%d)", int32(m))
+}
+
+// Compile-time checks of what a Source implements.
+var (
+	_ outbox.Store    = (*Source)(nil)
+	_ outbox.Notifier = (*Source)(nil)
+	_ outbox.Pinger   = (*Source)(nil)
+)
+
+// Source is an [outbox.Store] whose claims hand out the inserts of the
+// outbox table read from PostgreSQL's logical replication (pgoutput), in
+// commit order, instead of polling the table. An [outbox.Relay] drives it
+// as it drives any store: backoff, attempts, dead letters, the pause of a
+// destination that is down, hooks and metrics are the relay's. See the
+// package documentation for what it guarantees.
+//
+// [Source.Run] must run beside the relay: it reads the stream. A Source is
+// safe for concurrent use; several relay loops may share one.
+type Source struct {
+	cfg   config
+	pool  *pgxpool.Pool
+	conn  *pgconn.Config // the replication connection's
+	table *table
+	log   *slog.Logger
+
+	mu       sync.Mutex
+	room     chan struct{} // signalled when the window may have room again
+	win      *window
+	wakes    map[int]func()
+	nextWake int
+
+	// State of the stream, under mu.
+	streaming bool      // START_REPLICATION succeeded and the connection is up
+	standby   bool      // the slot is active in another process
+	refused   bool      // the server refused replication, or the slot was lost: poll now
+	downSince time.Time // when the stream was last seen up (or the source was made)
+	catchUp   int64     // after a new slot: poll until no pending row has id <= catchUp
+	nextCheck time.Time // when to look again whether the catch-up is over
+	mode      Mode      // the mode of the last claim
+
+	switches   atomic.Int64
+	duplicates atomic.Int64
+	confirmed  atomic.Uint64
+}
+
+type config struct {
+	table          string
+	slot           string
+	publication    string
+	fallback       outbox.Store
+	failoverAfter  time.Duration
+	retryInterval  time.Duration
+	maxWindow      int
+	statusInterval time.Duration
+	createSlot     bool
+	logger         *slog.Logger
+}
+
+// Option configures a [Source].
+type Option func(*config)
+
+// WithTable sets the outbox table: a name or schema.name, each part a
+// lower-case SQL identifier. Default: DefaultTable ("outbox_message").
+func WithTable(name string) Option { return func(c *config) { c.table = name } }
+
+// WithSlot sets the replication slot's name. Default: "outbox_" and the
+// table's name, schema-qualified names joined by "_", cut to 63 bytes.
+func WithSlot(name string) Option { return func(c *config) { c.slot = name } }
+
+// WithPublication sets the publication's name. Default: the slot's default
+// name and "_pub".
+func WithPublication(name string) Option { return func(c *config) { c.publication = name } }
+
+// WithFallback sets the store that polls the same table while the stream
+// cannot be read (usually a pgstore.Store on it): after the stream was down
+// for the failover time, when the server refuses replication, and while the
+// rows written before a new slot are caught up. Without one, the source
+// only waits for the stream. Default: none.
+func WithFallback(s outbox.Store) Option { return func(c *config) { c.fallback = s } }
+
+// WithFailoverAfter sets how long the stream may be down before the source
+// polls through its fallback. Default: DefaultFailoverAfter (30 s).
+func WithFailoverAfter(d time.Duration) Option { return func(c *config) { c.failoverAfter = d } }
+
+// WithRetryInterval sets how often the source tries to start streaming
+// while it cannot, a standby included. Default: DefaultRetryInterval (1 s).
+func WithRetryInterval(d time.Duration) Option { return func(c *config) { c.retryInterval = d } }
+
+// WithMaxWindow sets the most messages read from the stream and not yet
+// settled that the source holds; past it the source stops reading (the
+// server holds the log), so memory stays flat whatever the size of a
+// transaction. Default: DefaultMaxWindow (10,000).
+func WithMaxWindow(n int) Option { return func(c *config) { c.maxWindow = n } }
+
+// WithStatusInterval sets how often the source confirms to the server the
+// position up to which every message is settled. Messages settled after
+// the last confirmation are read again after a crash (the duplicates
+// window). Default: DefaultStatusInterval (1 s).
+func WithStatusInterval(d time.Duration) Option { return func(c *config) { c.statusInterval = d } }
+
+// WithCreateSlot makes the source create the publication and the slot when
+// they are missing, and create the slot again when it was dropped or
+// invalidated (max_slot_wal_keep_size); the rows written meanwhile are then
+// polled through the fallback before streaming resumes. Default: true.
+func WithCreateSlot(on bool) Option { return func(c *config) { c.createSlot = on } }
+
+// WithLogger sets the logger. Default: discard.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// New returns a Source on the outbox table that pool reaches, streaming over
+// a replication connection made from dsn (a PostgreSQL URL or key=value
+// string; replication=database is added). It does no I/O. It returns an
+// error naming every invalid option. It panics if pool is nil.
+func New(pool *pgxpool.Pool, dsn string, opts ...Option) (*Source, error) {
+	if pool == nil {
+		panic("pgcdc: New with a nil pool")
+	}
+	cfg := config{table: DefaultTable, failoverAfter: DefaultFailoverAfter, retryInterval: DefaultRetryInterval,
+		maxWindow: DefaultMaxWindow, statusInterval: DefaultStatusInterval, createSlot: true,
+		logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.slot == "" {
+		cfg.slot = SlotName(cfg.table)
+	}
+	if cfg.publication == "" {
+		cfg.publication = PublicationName(cfg.table)
+	}
+	var errs []error
+	for _, p := range splitTable(cfg.table) {
+		if !identRE.MatchString(p) {
+			errs = append(errs, fmt.Errorf("WithTable: %q is not a lower-case SQL identifier", cfg.table))
+			break
+		}
+	}
+	if !identRE.MatchString(cfg.slot) {
+		errs = append(errs, fmt.Errorf("WithSlot: %q: a slot name has only a-z, 0-9 and _, at most 63 bytes", cfg.slot))
+	}
+	if !identRE.MatchString(cfg.publication) {
+		errs = append(errs, fmt.Errorf("WithPublication: %q is not a lower-case SQL identifier", cfg.publication))
+	}
+	if cfg.failoverAfter <= 0 || cfg.retryInterval <= 0 || cfg.statusInterval <= 0 {
+		errs = append(errs, errors.New("WithFailoverAfter, WithRetryInterval, WithStatusInterval: must be positive"))
+	}
+	if cfg.maxWindow < 1 {
+		errs = append(errs, errors.New("WithMaxWindow: must be at least 1"))
+	}
+	cc, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("dsn: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("pgcdc: new: %w", err)
+	}
+	cc.RuntimeParams["replication"] = "database"
+	if _, ok := cc.RuntimeParams["application_name"]; !ok {
+		cc.RuntimeParams["application_name"] = "outbox-cdc"
+	}
+	s := &Source{cfg: cfg, pool: pool, conn: cc, table: newTable(pool, cfg.table),
+		log: cfg.logger.With("component", "cdc", "slot", cfg.slot), win: newWindow(0),
+		wakes: make(map[int]func()), downSince: time.Now()}
+	s.room = make(chan struct{}, 1)
+	return s, nil
+}
+
+// Slot returns the replication slot's name.
+func (s *Source) Slot() string { return s.cfg.slot }
+
+// Publication returns the publication's name.
+func (s *Source) Publication() string { return s.cfg.publication }
+
+// Mode returns what the source's claims read now.
+func (s *Source) Mode() Mode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.modeLocked(time.Now())
+}
+
+// Streaming reports whether the replication connection is streaming now.
+func (s *Source) Streaming() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streaming
+}
+
+// Held returns how many messages read from the stream and not yet settled
+// the source holds now: at most WithMaxWindow.
+func (s *Source) Held() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.win.unsettled()
+}
+
+// Switches returns how many times the source went from streaming to
+// polling or back.
+func (s *Source) Switches() int64 { return s.switches.Load() }
+
+// Duplicates returns how many messages the stream published that the table
+// already showed sent or dead: sent by a polling relay during a failover
+// and read again from the slot.
+func (s *Source) Duplicates() int64 { return s.duplicates.Load() }
+
+// Confirmed returns the position last confirmed to the server as an LSN
+// (every message before it is settled).
+func (s *Source) Confirmed() uint64 { return s.confirmed.Load() }
+
+// modeLocked decides the mode from the stream's state.
+func (s *Source) modeLocked(now time.Time) Mode {
+	switch {
+	case s.standby && !s.streaming:
+		return ModeStandby
+	case s.cfg.fallback == nil:
+		return ModeStream
+	case s.streaming && s.catchUp == 0:
+		return ModeStream
+	case s.refused || s.catchUp > 0:
+		return ModePolling
+	case !s.streaming && now.Sub(s.downSince) >= s.cfg.failoverAfter:
+		return ModePolling
+	}
+	return ModeStream
+}
+
+// Claim hands out up to p.Limit messages read from the stream, in commit
+// order, that are ready or due again (with p.Ordered, only the first
+// unsettled message of each aggregate), counting an attempt each in memory.
+// Kept rows that the table shows settled already (sent by a polling relay)
+// are skipped. While the stream is down past the failover time, or rows
+// written before a new slot are caught up, it claims through the fallback.
+// A standby claims nothing. p.Lease is not used: no other process can
+// claim what this one read from its slot.
+func (s *Source) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
+	now := time.Now()
+	s.mu.Lock()
+	mode := s.modeLocked(now)
+	if mode != s.mode {
+		s.switches.Add(1)
+		s.log.LogAttrs(ctx, slog.LevelWarn, "cdc source switched", slog.String("from", s.mode.String()),
+			slog.String("to", mode.String()))
+		s.mode = mode
+	}
+	catchUp := s.catchUp
+	checkCatchUp := catchUp > 0 && !now.Before(s.nextCheck)
+	if checkCatchUp {
+		s.nextCheck = now.Add(s.cfg.retryInterval)
+	}
+	s.mu.Unlock()
+
+	switch mode {
+	case ModeStandby:
+		return &outbox.Claim{}, nil
+	case ModePolling:
+		if checkCatchUp { // every retry interval, also while new rows keep the claims busy
+			s.endCatchUp(ctx, catchUp)
+		}
+		return s.cfg.fallback.Claim(ctx, p)
+	}
+	return s.claimStream(ctx, p, now)
+}
+
+// endCatchUp streams again once no row written before the new slot is pending.
+func (s *Source) endCatchUp(ctx context.Context, upTo int64) {
+	left, err := s.table.pendingUpTo(ctx, upTo)
+	if err != nil || left {
+		return
+	}
+	s.mu.Lock()
+	if s.catchUp == upTo {
+		s.catchUp = 0
+		s.log.LogAttrs(ctx, slog.LevelInfo, "rows written before the new slot caught up", slog.Int64("up_to_id", upTo))
+	}
+	s.mu.Unlock()
+}
+
+func (s *Source) claimStream(ctx context.Context, p outbox.ClaimParams, now time.Time) (*outbox.Claim, error) {
+	s.mu.Lock()
+	es := s.win.candidates(p.Limit, p.Ordered, now)
+	s.win.handOut(es)
+	s.mu.Unlock()
+	if len(es) == 0 {
+		return &outbox.Claim{}, nil
+	}
+	// Which of them does the table keep, and are they still pending?
+	var ids, xids []int64
+	seen := map[uint32]bool{}
+	for _, e := range es {
+		if !e.checked && e.bad == nil {
+			ids = append(ids, e.msg.RowID)
+			if !seen[e.txn.xid] {
+				seen[e.txn.xid] = true
+				xids = append(xids, int64(e.txn.xid))
+			}
+		}
+	}
+	var st map[int64]int16
+	if len(ids) > 0 {
+		var err error
+		if err = s.waitVisible(ctx, xids); err == nil {
+			st, err = s.table.statuses(ctx, ids)
+		}
+		if err != nil {
+			s.mu.Lock()
+			for _, e := range es {
+				s.unclaim(e)
+			}
+			s.mu.Unlock()
+			return nil, err
+		}
+	}
+	c := &outbox.Claim{Messages: make([]*outbox.Message, 0, len(es))}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range es {
+		if !e.checked && e.bad == nil {
+			e.checked = true
+			status, found := st[e.msg.RowID]
+			e.kept = found && status == 0
+			if found && status != 0 {
+				s.win.settle(e) // settled already, by a polling relay or an operator
+				continue
+			}
+		}
+		if e.bad != nil {
+			c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: e.msg, Err: e.bad})
+			continue
+		}
+		c.Messages = append(c.Messages, e.msg)
+	}
+	s.wakeAllLocked() // a skipped entry may free its aggregate's next message
+	return c, nil
+}
+
+// waitVisible waits until the transactions xids are visible to new
+// snapshots (see table.visible), which takes a moment at most.
+func (s *Source) waitVisible(ctx context.Context, xids []int64) error {
+	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		ok, err := s.table.visible(ctx, xids)
+		if err != nil || ok {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// unclaim hands e back without counting the attempt.
+func (s *Source) unclaim(e *entry) {
+	if e.state != entryInFlight {
+		return
+	}
+	e.attempts--
+	e.state = entryReady
+	if e.stale {
+		delete(s.win.byMsg, e.msg)
+	}
+}
+
+// split sorts msgs into the entries this source handed out and the
+// messages the fallback claimed.
+func (s *Source) split(msgs []*outbox.Message) (mine []*entry, theirs []*outbox.Message) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range msgs {
+		if e, ok := s.win.byMsg[m]; ok {
+			mine = append(mine, e)
+		} else {
+			theirs = append(theirs, m)
+		}
+	}
+	return mine, theirs
+}
+
+// Ack settles acknowledged messages: kept rows are marked sent (or deleted
+// with p.Delete) in one statement, then the messages leave the window and
+// the confirmable position advances. If the table cannot be written, the
+// messages are handed out again later (duplicates, never a loss). It
+// returns how many messages it settled.
+func (s *Source) Ack(ctx context.Context, p outbox.AckParams) (int, error) {
+	mine, theirs := s.split(p.Messages)
+	n := 0
+	if len(theirs) > 0 {
+		k, err := s.fallbackStore().Ack(ctx, outbox.AckParams{Messages: theirs, Delete: p.Delete})
+		if err != nil {
+			return 0, err
+		}
+		n += k
+	}
+	if len(mine) == 0 {
+		return n, nil
+	}
+	// Every row, also those the look-up did not find (see entry.kept): a
+	// row the writer deleted is simply not there to change.
+	ids := make([]int64, len(mine))
+	for i, e := range mine {
+		ids[i] = e.msg.RowID
+	}
+	changed, err := s.table.markSent(ctx, ids, p.Delete)
+	if err != nil {
+		s.handBack(mine, time.Now())
+		return n, err
+	}
+	for _, e := range mine {
+		if e.kept && !changed[e.msg.RowID] { // settled by someone else meanwhile
+			s.duplicates.Add(1)
+		}
+	}
+	s.mu.Lock()
+	for _, e := range mine {
+		s.win.settle(e)
+	}
+	s.wakeAllLocked()
+	s.mu.Unlock()
+	return n + len(mine), nil
+}
+
+func (s *Source) fallbackStore() outbox.Store {
+	if s.cfg.fallback == nil {
+		return noFallback{}
+	}
+	return s.cfg.fallback
+}
+
+// handBack makes entries due again at at, their attempts not counted.
+func (s *Source) handBack(es []*entry, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range es {
+		if e.state != entryInFlight {
+			continue
+		}
+		e.attempts--
+		e.state, e.due = entryWaiting, at
+		if e.stale {
+			delete(s.win.byMsg, e.msg)
+		}
+	}
+}
+
+// Reschedule makes messages due again at their times, in memory; with
+// p.Refund their attempts are not counted.
+func (s *Source) Reschedule(ctx context.Context, p outbox.RescheduleParams) error {
+	msgs := make([]*outbox.Message, len(p.Retries))
+	for i, r := range p.Retries {
+		msgs[i] = r.Message
+	}
+	mine, _ := s.split(msgs)
+	if len(mine) < len(msgs) {
+		var theirs []outbox.Retry
+		s.mu.Lock()
+		for _, r := range p.Retries {
+			if _, ok := s.win.byMsg[r.Message]; !ok {
+				theirs = append(theirs, r)
+			}
+		}
+		s.mu.Unlock()
+		if err := s.fallbackStore().Reschedule(ctx, outbox.RescheduleParams{Retries: theirs, Refund: p.Refund}); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range p.Retries {
+		e, ok := s.win.byMsg[r.Message]
+		if !ok || e.state != entryInFlight {
+			continue
+		}
+		if p.Refund {
+			e.attempts--
+		}
+		e.state, e.due = entryWaiting, r.At
+		if e.stale { // read again on the new connection
+			delete(s.win.byMsg, e.msg)
+		}
+	}
+	return nil
+}
+
+// Kill records messages as dead: a kept row is marked dead, and a message
+// whose row the writer deleted is inserted as a dead row (status 2, which
+// the stream ignores), so that `outbox dead list` shows both. Then they
+// leave the window: a dead message never blocks the stream.
+func (s *Source) Kill(ctx context.Context, p outbox.KillParams) error {
+	var dead, theirs []outbox.Dead
+	var mine []*entry
+	s.mu.Lock()
+	for _, d := range p.Dead {
+		if e, ok := s.win.byMsg[d.Message]; ok {
+			dead = append(dead, d)
+			mine = append(mine, e)
+		} else {
+			theirs = append(theirs, d)
+		}
+	}
+	s.mu.Unlock()
+	if len(theirs) > 0 {
+		if err := s.fallbackStore().Kill(ctx, outbox.KillParams{Dead: theirs}); err != nil {
+			return err
+		}
+	}
+	err := s.kill(ctx, dead)
+	if err != nil {
+		s.handBack(mine, time.Now().Add(s.cfg.retryInterval))
+		return err
+	}
+	s.mu.Lock()
+	for _, e := range mine {
+		s.win.settle(e)
+	}
+	s.wakeAllLocked()
+	s.mu.Unlock()
+	return nil
+}
+
+// kill marks the kept rows of dead dead, and inserts the others (rows the
+// writer deleted) as dead rows; a row settled meanwhile stays as it is
+// (the insert skips a message id the table has).
+func (s *Source) kill(ctx context.Context, dead []outbox.Dead) error {
+	if len(dead) == 0 {
+		return nil
+	}
+	marked, err := s.table.markDead(ctx, dead)
+	if err != nil {
+		return err
+	}
+	var rest []outbox.Dead
+	for _, d := range dead {
+		if !marked[d.Message.RowID] && d.Message.MessageID != "" {
+			rest = append(rest, d)
+		}
+	}
+	if len(rest) == 0 {
+		return nil
+	}
+	return s.table.insertDead(ctx, rest)
+}
+
+// Stats reports the table's backlog through the fallback, and without one
+// the messages the window holds as pending.
+func (s *Source) Stats(ctx context.Context) (*outbox.Stats, error) {
+	if s.cfg.fallback != nil {
+		return s.cfg.fallback.Stats(ctx)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &outbox.Stats{Pending: int64(s.win.unsettled())}, nil
+}
+
+// Ping checks the database through the pool.
+func (s *Source) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// Listen calls wake whenever the stream brings messages (or a settled one
+// frees its aggregate's next), until ctx is done. It does not read the
+// stream itself: [Source.Run] does.
+func (s *Source) Listen(ctx context.Context, wake func()) error {
+	s.mu.Lock()
+	id := s.nextWake
+	s.nextWake++
+	s.wakes[id] = wake
+	s.mu.Unlock()
+	<-ctx.Done()
+	s.mu.Lock()
+	delete(s.wakes, id)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Source) wakeAllLocked() {
+	for _, w := range s.wakes {
+		w()
+	}
+	select {
+	case s.room <- struct{}{}:
+	default:
+	}
+}
+
+// noFallback is the fallback of a source without one: it has claimed
+// nothing, so nothing is ever routed to it.
+type noFallback struct{ outbox.Store }
+
+func (noFallback) Ack(context.Context, outbox.AckParams) (int, error) {
+	return 0, errors.New("pgcdc: settle of messages this source did not hand out")
+}
+func (noFallback) Reschedule(context.Context, outbox.RescheduleParams) error {
+	return errors.New("pgcdc: settle of messages this source did not hand out")
+}
+func (noFallback) Kill(context.Context, outbox.KillParams) error {
+	return errors.New("pgcdc: settle of messages this source did not hand out")
+}
+
+func splitTable(name string) []string {
+	for i := 0; i < len(name); i++ {
+		if name[i] == '.' {
+			return []string{name[:i], name[i+1:]}
+		}
+	}
+	return []string{name}
+}

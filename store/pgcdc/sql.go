@@ -1,0 +1,218 @@
+package pgcdc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox"
+)
+
+// table is what the source writes to the outbox table: it settles kept rows
+// behind the stream and records dead messages. Every statement is whole
+// here, with the quoted table name as the only part filled in.
+type table struct {
+	pool      *pgxpool.Pool
+	ident     string // quoted
+	schema    string // "" when unqualified
+	name      string
+	lastError bool // the table has a last_error column
+	headers   bool // and headers, topic, partition_key
+}
+
+func newTable(pool *pgxpool.Pool, name string) *table {
+	t := &table{pool: pool, name: name}
+	parts := strings.Split(name, ".")
+	if len(parts) == 2 {
+		t.schema, t.name = parts[0], parts[1]
+	}
+	t.ident = pgx.Identifier(parts).Sanitize()
+	return t
+}
+
+// columns finds out which optional columns the table has.
+func (t *table) columns(ctx context.Context) error {
+	rows, err := t.pool.Query(ctx, `SELECT attname FROM pg_attribute
+WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, t.ident)
+	if err != nil {
+		return fmt.Errorf("pgcdc: read the columns of %s: %w", t.ident, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("pgcdc: read the columns of %s: %w", t.ident, err)
+	}
+	has := make(map[string]bool, len(names))
+	for _, n := range names {
+		has[n] = true
+	}
+	t.lastError = has["last_error"]
+	t.headers = has["headers"] && has["topic"] && has["partition_key"]
+	return nil
+}
+
+// statuses returns the status of each of the rows with these ids that the
+// table holds; a row it does not hold is not in the map.
+func (t *table) statuses(ctx context.Context, ids []int64) (map[int64]int16, error) {
+	rows, err := t.pool.Query(ctx, `SELECT id, COALESCE(status, -1)::smallint FROM `+t.ident+` WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("pgcdc: read row status: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[int64]int16, len(ids))
+	for rows.Next() {
+		var id int64
+		var st int16
+		if err := rows.Scan(&id, &st); err != nil {
+			return nil, fmt.Errorf("pgcdc: read row status: %w", err)
+		}
+		out[id] = st
+	}
+	return out, rows.Err()
+}
+
+// visible reports whether every one of the transactions xids (32-bit, as
+// pgoutput's BEGIN gives them) is visible to a snapshot taken now. The
+// server may send a transaction a moment before it is visible to other
+// sessions (its commit is in the log before the backend leaves the
+// snapshot's running set), and a look-up in that moment would take its
+// rows for deleted. The 64-bit id is rebuilt with the epoch of the
+// snapshot's xmax, one less when the 32-bit id is above xmax's (the
+// counter wrapped since).
+func (t *table) visible(ctx context.Context, xids []int64) (bool, error) {
+	var ok bool
+	err := t.pool.QueryRow(ctx, `SELECT COALESCE(bool_and(pg_visible_in_snapshot(
+    ((((pg_snapshot_xmax(snap.s)::text::bigint) >> 32)
+      - CASE WHEN x > (pg_snapshot_xmax(snap.s)::text::bigint & 4294967295) THEN 1 ELSE 0 END) << 32 | x)::text::xid8,
+    snap.s)), true)
+FROM (SELECT pg_current_snapshot() AS s) AS snap, unnest($1::bigint[]) AS x`, xids).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("pgcdc: check that transactions are visible: %w", err)
+	}
+	return ok, nil
+}
+
+// markSent marks pending rows sent (or deletes them) and returns the ids
+// it changed: a row no longer pending was settled by someone else (a polling
+// relay during a failover), so the stream's copy was a duplicate.
+func (t *table) markSent(ctx context.Context, ids []int64, del bool) (map[int64]bool, error) {
+	q := `UPDATE ` + t.ident + ` SET status = 1, updated_at = now() WHERE id = ANY($1) AND status = 0 RETURNING id`
+	if del {
+		q = `DELETE FROM ` + t.ident + ` WHERE id = ANY($1) AND status = 0 RETURNING id`
+	}
+	changed, err := t.changedIDs(ctx, q, ids)
+	if err != nil {
+		return nil, fmt.Errorf("pgcdc: mark %d rows sent: %w", len(ids), err)
+	}
+	return changed, nil
+}
+
+// changedIDs runs a statement that returns ids and collects them.
+func (t *table) changedIDs(ctx context.Context, q string, args ...any) (map[int64]bool, error) {
+	rows, err := t.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	changed := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		changed[id] = true
+	}
+	return changed, nil
+}
+
+// markDead marks pending rows dead, recording the attempts and the
+// reason, and returns the ids it changed.
+func (t *table) markDead(ctx context.Context, dead []outbox.Dead) (map[int64]bool, error) {
+	ids, attempts, reasons := make([]int64, len(dead)), make([]int32, len(dead)), make([]string, len(dead))
+	for i, d := range dead {
+		ids[i], attempts[i], reasons[i] = d.Message.RowID, int32(d.Message.Attempt), clean(d.Reason)
+	}
+	setErr := ""
+	if t.lastError {
+		setErr = ", last_error = d.reason"
+	}
+	q := `UPDATE ` + t.ident + ` AS o SET status = 2, retry_count = d.attempt, updated_at = now()` + setErr + `
+FROM unnest($1::bigint[], $2::integer[], $3::text[]) AS d(id, attempt, reason)
+WHERE o.id = d.id AND o.status = 0
+RETURNING o.id`
+	changed, err := t.changedIDs(ctx, q, ids, attempts, reasons)
+	if err != nil {
+		return nil, fmt.Errorf("pgcdc: mark %d rows dead: %w", len(dead), err)
+	}
+	return changed, nil
+}
+
+// insertDead records messages whose rows the writer deleted as dead rows,
+// so that `outbox dead list` shows them; the stream ignores them (status 2).
+func (t *table) insertDead(ctx context.Context, dead []outbox.Dead) error {
+	n := len(dead)
+	ids, aggTypes, aggIDs, events := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	payloads, attempts, created := make([]string, n), make([]int32, n), make([]pgtype.Timestamptz, n)
+	headers, topics, keys, reasons := make([]pgtype.Text, n), make([]pgtype.Text, n), make([]pgtype.Text, n), make([]string, n)
+	for i, d := range dead {
+		m := d.Message
+		ids[i], aggTypes[i], aggIDs[i], events[i] = m.MessageID, m.AggregateType, m.AggregateID, m.EventType
+		payloads[i], attempts[i], reasons[i] = string(m.Payload), int32(m.Attempt), clean(d.Reason)
+		if !json.Valid(m.Payload) {
+			payloads[i] = "null" // a malformed row's payload is not kept; its reason says why
+		}
+		created[i] = pgtype.Timestamptz{Time: m.CreatedAt, Valid: !m.CreatedAt.IsZero()}
+		if len(m.Headers) > 0 {
+			b, _ := json.Marshal(m.Headers)
+			headers[i] = pgtype.Text{String: string(b), Valid: true}
+		}
+		topics[i] = pgtype.Text{String: m.Topic, Valid: m.Topic != ""}
+		keys[i] = pgtype.Text{String: m.PartitionKey, Valid: m.PartitionKey != ""}
+	}
+	cols := "message_id, aggregate_type, aggregate_id, event_type, payload, status, retry_count, created_at, updated_at"
+	vals := "d.mid, d.atype, d.aid, d.ev, d.payload::jsonb, 2, d.attempt, COALESCE(d.created, now()), now()"
+	if t.headers {
+		cols += ", headers, topic, partition_key"
+		vals += ", d.headers::jsonb, d.topic, d.pkey"
+	}
+	if t.lastError {
+		cols += ", last_error"
+		vals += ", d.reason"
+	}
+	q := `INSERT INTO ` + t.ident + ` (` + cols + `)
+SELECT ` + vals + `
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::timestamptz[],
+            $8::text[], $9::text[], $10::text[], $11::text[])
+     AS d(mid, atype, aid, ev, payload, attempt, created, headers, topic, pkey, reason)
+ON CONFLICT (message_id) DO NOTHING`
+	_, err := t.pool.Exec(ctx, q, ids, aggTypes, aggIDs, events, payloads, attempts, created, headers, topics, keys, reasons)
+	if err != nil {
+		return fmt.Errorf("pgcdc: record %d dead messages: %w", n, err)
+	}
+	return nil
+}
+
+// maxID returns the largest id in the table, 0 when it is empty.
+func (t *table) maxID(ctx context.Context) (int64, error) {
+	var id int64
+	if err := t.pool.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM `+t.ident).Scan(&id); err != nil {
+		return 0, fmt.Errorf("pgcdc: read the largest id: %w", err)
+	}
+	return id, nil
+}
+
+// pendingUpTo reports whether a pending row with an id of at most id is left.
+func (t *table) pendingUpTo(ctx context.Context, id int64) (bool, error) {
+	var left bool
+	err := t.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+t.ident+` WHERE status = 0 AND id <= $1)`, id).Scan(&left)
+	if err != nil {
+		return false, fmt.Errorf("pgcdc: look for pending rows: %w", err)
+	}
+	return left, nil
+}
+
+// clean drops NUL bytes, which a text column refuses.
+func clean(s string) string { return strings.ReplaceAll(s, "\x00", "") }

@@ -1,0 +1,401 @@
+package pgcdc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxkit/outbox"
+)
+
+// SQLSTATE codes the stream tells apart.
+const (
+	codeObjectInUse      = "55006" // the slot is active in another process
+	codeUndefinedObject  = "42704" // no such slot
+	codeDuplicateObject  = "42710" // the slot exists (made meanwhile by another process)
+	codeInsufficientPriv = "42501" // the role lacks REPLICATION
+	codeInvalidAuth      = "28000" // pg_hba refuses replication connections
+)
+
+// Run reads the stream until ctx is done, then returns nil. It connects,
+// creates the publication and the slot when they are missing (see
+// WithCreateSlot), starts replication from the slot's confirmed position
+// and feeds the window; while it cannot (the database is down, the slot is
+// active in another process, replication is refused), it tries again every
+// retry interval. Only one Run per Source.
+func (s *Source) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		err := s.stream(ctx)
+		s.mu.Lock()
+		if s.streaming {
+			s.streaming = false
+			s.downSince = time.Now()
+		}
+		s.mu.Unlock()
+		if ctx.Err() != nil {
+			break
+		}
+		s.classify(ctx, err)
+		t := time.NewTimer(s.cfg.retryInterval)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return nil
+}
+
+// classify records what an ended stream means for the mode, and logs it.
+func (s *Source) classify(ctx context.Context, err error) {
+	var pgErr *pgconn.PgError
+	code := ""
+	if errors.As(err, &pgErr) {
+		code = pgErr.Code
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch code {
+	case codeObjectInUse:
+		if !s.standby {
+			s.log.LogAttrs(ctx, slog.LevelInfo, "replication slot active in another process, standing by",
+				slog.String("error", err.Error()))
+		}
+		s.standby = true
+		return
+	case codeInsufficientPriv, codeInvalidAuth, codeUndefinedObject, "55000": // 55000: slot invalidated
+		s.refused = true
+	}
+	s.standby = false
+	s.log.LogAttrs(ctx, slog.LevelWarn, "change stream down, retrying", slog.String("error", err.Error()),
+		slog.Duration("retry_in", s.cfg.retryInterval), slog.Bool("replication_refused", s.refused))
+}
+
+// stream is one replication connection, from connect to its end.
+func (s *Source) stream(ctx context.Context) error {
+	conn, err := pgconn.ConnectConfig(ctx, s.conn)
+	if err != nil {
+		return fmt.Errorf("connect for replication: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		conn.Close(cctx)
+	}()
+	if err := s.table.columns(ctx); err != nil {
+		return err
+	}
+	if s.cfg.createSlot {
+		if err := s.ensureSlot(ctx, conn); err != nil {
+			return err
+		}
+	}
+	var start pglogrepl.LSN
+	err = s.pool.QueryRow(ctx, `SELECT COALESCE(confirmed_flush_lsn, '0/0')::text FROM pg_replication_slots WHERE slot_name = $1`,
+		s.cfg.slot).Scan(&start)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("read the slot's position: %w", err)
+	}
+	args := []string{"proto_version '1'", "publication_names '" + s.cfg.publication + "'"}
+	if err := pglogrepl.StartReplication(ctx, conn, s.cfg.slot, 0,
+		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args}); err != nil {
+		return fmt.Errorf("start replication: %w", err)
+	}
+	s.mu.Lock()
+	s.streaming, s.standby, s.refused = true, false, false
+	s.win.reset()
+	if start > s.win.confirmed {
+		s.win.confirmed = start
+	}
+	s.mu.Unlock()
+	s.log.LogAttrs(ctx, slog.LevelInfo, "change stream started", slog.String("from_lsn", start.String()))
+	r := &reader{s: s, conn: conn, rels: make(map[uint32]*relation), types: pgtype.NewMap()}
+	return r.run(ctx)
+}
+
+// ensureSlot creates the publication and the slot when they are missing,
+// and the slot again when the server invalidated it. A new slot starts at
+// the current end of the log: rows written before it that are still
+// pending are polled (the catch-up) before streaming takes over.
+func (s *Source) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`,
+		s.cfg.publication).Scan(&exists); err != nil {
+		return fmt.Errorf("look for the publication: %w", err)
+	}
+	if !exists {
+		q := `CREATE PUBLICATION ` + pgx.Identifier{s.cfg.publication}.Sanitize() + ` FOR TABLE ` + s.table.ident +
+			` WITH (publish = 'insert')`
+		if _, err := s.pool.Exec(ctx, q); err != nil && !isCode(err, codeDuplicateObject) {
+			return fmt.Errorf("create the publication: %w", err)
+		}
+	}
+	var walStatus *string
+	err := s.pool.QueryRow(ctx, `SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.slot).Scan(&walStatus)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("look for the slot: %w", err)
+	case walStatus != nil && *walStatus == "lost":
+		s.log.Error("replication slot invalidated (max_slot_wal_keep_size), creating it again; messages whose rows the writer deleted and that only the lost log held cannot be recovered")
+		if err := pglogrepl.DropReplicationSlot(ctx, conn, s.cfg.slot, pglogrepl.DropReplicationSlotOptions{}); err != nil {
+			return fmt.Errorf("drop the invalidated slot: %w", err)
+		}
+	default:
+		return nil
+	}
+	_, err = pglogrepl.CreateReplicationSlot(ctx, conn, s.cfg.slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
+	if isCode(err, codeDuplicateObject) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create the slot: %w", err)
+	}
+	// Every row committed before the slot's start is visible now; those
+	// still pending are polled before the stream is trusted.
+	upTo, err := s.table.maxID(ctx)
+	if err != nil {
+		return err
+	}
+	s.log.LogAttrs(ctx, slog.LevelWarn, "replication slot created; polling rows written before it",
+		slog.Int64("up_to_id", upTo))
+	if upTo > 0 {
+		s.mu.Lock()
+		s.catchUp = upTo
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func isCode(err error, code string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code
+}
+
+// reader decodes one replication connection's messages into the window.
+type reader struct {
+	s     *Source
+	conn  *pgconn.PgConn
+	rels  map[uint32]*relation
+	types *pgtype.Map
+	cur   *txn // the transaction being read, nil between transactions
+	added int  // inserts read since the last wake
+}
+
+// relation is what the stream said about a table's columns.
+type relation struct {
+	ours bool
+	cols []*pglogrepl.RelationMessageColumn
+}
+
+func (r *reader) run(ctx context.Context) error {
+	s := r.s
+	nextStatus := time.Now()
+	for {
+		if !time.Now().Before(nextStatus) {
+			if err := r.sendStatus(ctx); err != nil {
+				return err
+			}
+			nextStatus = time.Now().Add(s.cfg.statusInterval)
+		}
+		s.mu.Lock()
+		full := s.win.unsettled() >= s.cfg.maxWindow
+		s.mu.Unlock()
+		if full { // let the relay settle some: the server keeps the rest
+			t := time.NewTimer(time.Until(nextStatus))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-s.room:
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		rctx, cancel := context.WithDeadline(ctx, nextStatus)
+		raw, err := r.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if pgconn.Timeout(err) && ctx.Err() == nil {
+				continue
+			}
+			return fmt.Errorf("read the stream: %w", err)
+		}
+		switch msg := raw.(type) {
+		case *pgproto3.ErrorResponse:
+			return pgconn.ErrorResponseToPgError(msg)
+		case *pgproto3.CopyData:
+			if len(msg.Data) == 0 {
+				continue
+			}
+			switch msg.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				k, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
+				if err != nil {
+					return fmt.Errorf("read a keepalive: %w", err)
+				}
+				if r.cur == nil {
+					s.mu.Lock()
+					s.win.idleAt(k.ServerWALEnd)
+					s.mu.Unlock()
+				}
+				if k.ReplyRequested {
+					nextStatus = time.Now()
+				}
+			case pglogrepl.XLogDataByteID:
+				x, err := pglogrepl.ParseXLogData(msg.Data[1:])
+				if err != nil {
+					return fmt.Errorf("read log data: %w", err)
+				}
+				if err := r.handle(x.WALData); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// sendStatus confirms the window's confirmable position to the server.
+func (r *reader) sendStatus(ctx context.Context) error {
+	r.s.mu.Lock()
+	lsn := r.s.win.confirmed
+	r.s.mu.Unlock()
+	if lsn == 0 {
+		return nil
+	}
+	if err := pglogrepl.SendStandbyStatusUpdate(ctx, r.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: lsn}); err != nil {
+		return fmt.Errorf("confirm position %s: %w", lsn, err)
+	}
+	r.s.confirmed.Store(uint64(lsn))
+	return nil
+}
+
+// handle decodes one pgoutput message.
+func (r *reader) handle(data []byte) error {
+	m, err := pglogrepl.Parse(data)
+	if err != nil {
+		return fmt.Errorf("decode pgoutput: %w", err)
+	}
+	s := r.s
+	switch m := m.(type) {
+	case *pglogrepl.RelationMessage:
+		r.rels[m.RelationID] = &relation{ours: r.ours(m), cols: m.Columns}
+	case *pglogrepl.BeginMessage:
+		s.mu.Lock()
+		r.cur = s.win.begin()
+		r.cur.xid = m.Xid
+		s.mu.Unlock()
+	case *pglogrepl.InsertMessage:
+		rel := r.rels[m.RelationID]
+		if rel == nil || !rel.ours || r.cur == nil {
+			return nil
+		}
+		e, keep := r.decode(rel, m.Tuple)
+		if !keep {
+			return nil
+		}
+		s.mu.Lock()
+		s.win.add(r.cur, e)
+		if r.added++; r.added >= 100 {
+			r.added = 0
+			s.wakeAllLocked()
+		}
+		s.mu.Unlock()
+	case *pglogrepl.CommitMessage:
+		if r.cur == nil {
+			return nil
+		}
+		s.mu.Lock()
+		s.win.commit(r.cur, m.TransactionEndLSN)
+		r.cur, r.added = nil, 0
+		s.wakeAllLocked()
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// ours reports whether a relation is the outbox table.
+func (r *reader) ours(m *pglogrepl.RelationMessage) bool {
+	t := r.s.table
+	if m.RelationName != t.name {
+		return false
+	}
+	return t.schema == "" || m.Namespace == t.schema
+}
+
+// decode turns an inserted row into an entry. keep is false for a row that
+// is not pending when written (a dead row the source itself recorded).
+func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (e *entry, keep bool) {
+	m := &outbox.Message{}
+	e = &entry{msg: m}
+	var missing []string
+	have := map[string]bool{}
+	status := int64(0)
+	for i, c := range tup.Columns {
+		if i >= len(rel.cols) {
+			break
+		}
+		name := rel.cols[i].Name
+		if c.DataType != pglogrepl.TupleDataTypeText {
+			continue // NULL (or an unchanged TOAST value, which an insert never has)
+		}
+		v := string(c.Data)
+		have[name] = true
+		switch name {
+		case "id":
+			m.RowID, _ = strconv.ParseInt(v, 10, 64)
+		case "message_id":
+			m.MessageID = v
+		case "aggregate_type":
+			m.AggregateType = v
+		case "aggregate_id":
+			m.AggregateID = v
+		case "event_type":
+			m.EventType = v
+		case "payload":
+			m.Payload = json.RawMessage(c.Data)
+		case "status":
+			status, _ = strconv.ParseInt(v, 10, 16)
+		case "topic":
+			m.Topic = v
+		case "partition_key":
+			m.PartitionKey = v
+		case "headers":
+			if err := json.Unmarshal(c.Data, &m.Headers); err != nil {
+				e.bad = fmt.Errorf("row %d: headers are not a JSON object of strings: %w", m.RowID, err)
+			}
+		case "created_at":
+			var t time.Time
+			if err := r.types.Scan(rel.cols[i].DataType, pgtype.TextFormatCode, c.Data, &t); err == nil {
+				m.CreatedAt = t
+			}
+		}
+	}
+	if status != 0 {
+		return nil, false
+	}
+	for _, c := range []string{"id", "message_id", "aggregate_type", "aggregate_id", "event_type", "payload"} {
+		if !have[c] {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		e.bad = fmt.Errorf("row %d: NULL in %v", m.RowID, missing)
+	}
+	if m.CreatedAt.IsZero() {
+		m.CreatedAt = time.Now()
+	}
+	return e, true
+}

@@ -1,0 +1,181 @@
+package pgcdc
+
+import (
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/outboxkit/outbox"
+)
+
+// entryState is where a streamed message is on its way through the relay.
+type entryState uint8
+
+const (
+	entryReady    entryState = iota // not yet handed out, or handed back
+	entryInFlight                   // claimed by the relay, not yet settled
+	entryWaiting                    // rescheduled: due again at entry.due
+	entryDone                       // acknowledged, dead, or skipped
+)
+
+// entry is one message read from the stream, kept until it is settled.
+type entry struct {
+	msg      *outbox.Message
+	bad      error // why the row could not be decoded; it is handed out as malformed
+	txn      *txn
+	state    entryState
+	due      time.Time
+	attempts int // attempts counted so far (not refunded)
+	// kept: the look-up found its row pending. A row it did not find was
+	// deleted by its writer, or is not visible yet: the server can send a
+	// commit a moment before it is visible to other sessions' snapshots,
+	// so a missing row is settled in the table all the same.
+	kept    bool
+	checked bool // its row's status was looked up
+	stale   bool // read on an earlier connection: settling it leaves the window alone
+}
+
+// txn is one committed (or still arriving) transaction of the stream.
+type txn struct {
+	xid       uint32        // its transaction id, from BEGIN
+	end       pglogrepl.LSN // the transaction's end LSN, known at its commit
+	open      int           // its entries not yet settled
+	committed bool
+}
+
+// window holds the messages read from the stream and not yet settled, in
+// commit order, and computes how far the slot may be confirmed: to the end
+// of the last transaction that, with every one before it, is settled whole.
+// It is not safe for concurrent use: Source guards it with its mutex.
+type window struct {
+	entries   []*entry // commit order; a settled prefix is trimmed
+	txns      []*txn   // transactions with entries not yet settled, or not yet committed
+	confirmed pglogrepl.LSN
+	byMsg     map[*outbox.Message]*entry // entries handed out, by the message the relay holds
+}
+
+func newWindow(start pglogrepl.LSN) *window {
+	return &window{confirmed: start, byMsg: make(map[*outbox.Message]*entry)}
+}
+
+// unsettled is how many entries the window holds.
+func (w *window) unsettled() int { return len(w.entries) }
+
+// begin opens a transaction.
+func (w *window) begin() *txn {
+	t := &txn{}
+	w.txns = append(w.txns, t)
+	return t
+}
+
+// add appends a message of the open transaction t.
+func (w *window) add(t *txn, e *entry) {
+	e.txn = t
+	t.open++
+	w.entries = append(w.entries, e)
+}
+
+// commit closes t at end and advances the confirmable position.
+func (w *window) commit(t *txn, end pglogrepl.LSN) {
+	t.end, t.committed = end, true
+	w.advance()
+}
+
+// idleAt moves the confirmable position to lsn, a position the server says
+// it has sent everything before, when the window holds nothing.
+func (w *window) idleAt(lsn pglogrepl.LSN) {
+	if len(w.txns) == 0 && len(w.entries) == 0 && lsn > w.confirmed {
+		w.confirmed = lsn
+	}
+}
+
+// settle marks e done and advances the confirmable position.
+func (w *window) settle(e *entry) {
+	if e.state == entryDone {
+		return
+	}
+	e.state = entryDone
+	delete(w.byMsg, e.msg)
+	if e.stale {
+		return
+	}
+	e.txn.open--
+	w.advance()
+}
+
+// advance trims the settled prefix of entries and of transactions.
+func (w *window) advance() {
+	i := 0
+	for i < len(w.entries) && w.entries[i].state == entryDone {
+		w.entries[i] = nil
+		i++
+	}
+	w.entries = w.entries[i:]
+	j := 0
+	for j < len(w.txns) && w.txns[j].committed && w.txns[j].open == 0 {
+		if w.txns[j].end > w.confirmed {
+			w.confirmed = w.txns[j].end
+		}
+		w.txns[j] = nil
+		j++
+	}
+	w.txns = w.txns[j:]
+}
+
+// reset forgets what the window holds, for a new connection that will read
+// it again from the confirmed position. Entries in flight stay known by
+// their messages, so that the relay can settle them (in the table) later.
+func (w *window) reset() {
+	for _, e := range w.entries {
+		e.stale = true
+		if e.state != entryInFlight {
+			delete(w.byMsg, e.msg)
+		}
+	}
+	w.entries, w.txns = nil, nil
+}
+
+// candidates returns up to limit entries the relay may be handed now, in
+// commit order: ready ones, and rescheduled ones that are due. With ordered,
+// only the first unsettled entry of each aggregate qualifies, so that a
+// message waiting for a retry holds back its aggregate's later ones.
+func (w *window) candidates(limit int, ordered bool, now time.Time) []*entry {
+	var out []*entry
+	var blocked map[aggregate]bool
+	if ordered {
+		blocked = make(map[aggregate]bool)
+	}
+	for _, e := range w.entries {
+		if len(out) == limit {
+			break
+		}
+		if e.state == entryDone {
+			continue
+		}
+		var k aggregate
+		if ordered {
+			k = aggregate{e.msg.AggregateType, e.msg.AggregateID}
+			if blocked[k] {
+				continue
+			}
+			blocked[k] = true
+		}
+		if e.state == entryReady || (e.state == entryWaiting && !now.Before(e.due)) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// handOut marks the entries in flight, counting an attempt each.
+func (w *window) handOut(es []*entry) {
+	for _, e := range es {
+		e.state = entryInFlight
+		e.attempts++
+		e.msg.Attempt = e.attempts
+		w.byMsg[e.msg] = e
+	}
+}
+
+// aggregate is the key of per-aggregate order.
+type aggregate struct{ typ, id string }
