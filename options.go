@@ -30,8 +30,9 @@ const (
 	// DefaultMaxProbeInterval caps the probe interval as a destination stays down.
 	DefaultMaxProbeInterval = 30 * time.Second
 	// DefaultMinPollInterval is how soon a relay that just found rows looks
-	// again (adaptive polling); each empty look doubles the wait, up to the
-	// poll interval.
+	// again (adaptive polling); after a look that finds nothing it waits a
+	// quarter of the time it has found nothing, at least this and at most
+	// the poll interval.
 	DefaultMinPollInterval = 2 * time.Millisecond
 	// DefaultMinInFlight and DefaultMaxInFlight bound how many claimed
 	// batches a relay may have at the broker at once (see
@@ -181,9 +182,10 @@ func WithBatchSizeRange(lo, hi int) RelayOption {
 // WithPollInterval sets how long an idle relay waits before it looks for new
 // rows again. A relay whose last claim came back full looks again at once;
 // one whose last claim found some rows looks again after the minimum poll
-// interval, and each claim that finds nothing doubles the wait until it
-// reaches this interval (see [WithMinPollInterval]). An idle relay therefore
-// costs one claim per poll interval. A notification ([Relay.Notify], or a
+// interval, and after a claim that finds nothing it waits a quarter of the
+// time since it last found rows, until that reaches this interval (see
+// [WithMinPollInterval]), about four intervals after the last rows. An idle
+// relay therefore costs one claim per poll interval. A notification ([Relay.Notify], or a
 // store that implements [Notifier]) cuts any wait short.
 // Default: DefaultPollInterval (1 s).
 func WithPollInterval(d time.Duration) RelayOption {
@@ -193,11 +195,14 @@ func WithPollInterval(d time.Duration) RelayOption {
 // WithMinPollInterval sets the shortest wait between claims while messages
 // trickle in (adaptive polling): after a claim that found rows but not a full
 // batch, the relay looks again after d (with [WithOrdering], as soon as one
-// of its batches is acknowledged, if that comes first), and after each claim
-// that finds nothing it waits twice as long as the last time, up to the poll
-// interval. This gives databases without notifications (MySQL, SQLite) a
-// latency of about d under load without a busy loop, while an idle relay
-// settles at one claim per poll interval. It must be at least 1 ms; a value
+// of its batches is acknowledged, if that comes first), and after a claim
+// that finds nothing it waits a quarter of the time since it last found
+// rows, at least d and at most the poll interval: the short pauses between
+// the commits of a steady stream keep the wait at d, and a pause of the
+// writers delays the next message by at most a quarter of its length. This
+// gives databases without notifications (MySQL, SQLite) a latency of a few
+// d under load without a busy loop (at most one claim per d), while an idle
+// relay settles at one claim per poll interval. It must be at least 1 ms; a value
 // above the poll interval acts as the poll interval.
 // Default: DefaultMinPollInterval (2 ms).
 func WithMinPollInterval(d time.Duration) RelayOption {

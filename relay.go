@@ -107,8 +107,8 @@ func (r *Relay) Notify() {
 // minimum poll interval when the last claim found some rows (with ordering,
 // as soon as one of its batches is acknowledged, if that comes first: that is
 // what makes the aggregates' next messages claimable), and otherwise after a
-// wait that doubles with each empty claim up to the poll interval (adaptive
-// polling); [Relay.Notify] and the store's notifications cut the wait short,
+// quarter of the time since a claim last found rows, up to the poll interval
+// (adaptive polling); [Relay.Notify] and the store's notifications cut the wait short,
 // and notifications that arrive before a claim are all answered by that one
 // claim. With [WithMaxInFlight] above 1 it claims the next batch
 // while earlier ones are at the broker.
@@ -253,8 +253,9 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 		case <-r.wake:
 		default:
 		}
-		limit := p.size.batch
-		b, err := r.claim(ctx, limit)
+		seen := claimSeen{start: time.Now(), limit: p.size.batch, waited: waited}
+		b, err := r.claim(ctx, seen.limit)
+		seen.took = time.Since(seen.start)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -264,12 +265,12 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 			continue
 		}
 		if b == nil { // nothing due
-			p.idle(ctx, p.size.claimed(limit, 0, 0, false))
+			p.idle(ctx, p.size.claimed(seen))
 			continue
 		}
 		p.dispatch(ctx, bctx, b)
-		wait := p.size.claimed(limit, b.ev.Claimed, b.claimed.Sub(b.start), waited)
-		if wait > 0 {
+		seen.n = b.ev.Claimed
+		if wait := p.size.claimed(seen); wait > 0 {
 			p.afterPartial(ctx, wait)
 		}
 	}

@@ -145,7 +145,8 @@ func TestRelayOrderedClaimsWhenABatchSettles(t *testing.T) {
 			// Three aggregates, four messages each, 3 ms at the broker: each claim
 			// takes the three heads, the next one follows the acknowledgement.
 			name: "DeepBacklogOfFewAggregates", aggs: []string{"a", "b", "c"}, rows: 4, runFor: ms(100),
-			want: []claimAt{{0, 3}, {ms(3), 3}, {ms(6), 3}, {ms(9), 3}, {ms(12), 0}, {ms(22), 0}, {ms(42), 0}, {ms(82), 0}},
+			want: []claimAt{{0, 3}, {ms(3), 3}, {ms(6), 3}, {ms(9), 3}, {ms(12), 0}, {ms(22), 0}, {ms(32), 0}, {ms(42), 0},
+				{ms(52), 0}, {us(62_750), 0}, {ns(76_187_500), 0}, {ns(92_984_375), 0}},
 		},
 		{
 			name: "IdleRelayCostsOneClaimPerPollInterval", runFor: ms(3500),
@@ -153,11 +154,14 @@ func TestRelayOrderedClaimsWhenABatchSettles(t *testing.T) {
 		},
 		{
 			// The only head fails and waits out a long backoff: the claim after the
-			// settle finds nothing, and the relay backs off instead of looping.
-			name: "HeadInBackoff", aggs: []string{"a"}, rows: 2, runFor: ms(2500),
+			// settle finds nothing, and the relay backs off instead of looping
+			// (each wait a quarter of the time since the last rows, 10 ms at least).
+			name: "HeadInBackoff", aggs: []string{"a"}, rows: 2, runFor: ms(450),
 			fail: func(m *outbox.Message) error { return errors.New("broker busy") },
-			want: []claimAt{{0, 1}, {ms(3), 0}, {ms(13), 0}, {ms(33), 0}, {ms(73), 0}, {ms(153), 0}, {ms(313), 0},
-				{ms(633), 0}, {ms(1273), 0}, {ms(2273), 0}},
+			want: []claimAt{{0, 1}, {ms(3), 0}, {ms(13), 0}, {ms(23), 0}, {ms(33), 0}, {ms(43), 0}, {us(53_750), 0},
+				{ns(67_187_500), 0}, {ns(83_984_375), 0}, {ns(104_980_468), 0}, {ns(131_225_585), 0},
+				{ns(164_031_981), 0}, {ns(205_039_976), 0}, {ns(256_299_970), 0}, {ns(320_374_962), 0},
+				{ns(400_468_702), 0}},
 		},
 	}
 	for _, tc := range cases {

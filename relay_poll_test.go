@@ -34,7 +34,8 @@ type claimAt struct {
 
 func newClockStore() *clockStore { return &clockStore{start: time.Now()} }
 
-func (s *clockStore) add(n int) {
+// add commits n rows and returns them.
+func (s *clockStore) add(n int) []*outbox.Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for range n {
@@ -42,6 +43,7 @@ func (s *clockStore) add(n int) {
 		s.pending = append(s.pending, &outbox.Message{RowID: s.nextID, MessageID: outbox.NewMessageID(),
 			AggregateType: "order", AggregateID: "1", EventType: "ORDER_PAID", Payload: []byte(`{}`)})
 	}
+	return s.pending[len(s.pending)-n:]
 }
 
 func (s *clockStore) history() []claimAt {
@@ -92,16 +94,20 @@ func runFor(t *testing.T, r *outbox.Relay, d time.Duration, during func()) {
 }
 
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+func us(n int) time.Duration { return time.Duration(n) * time.Microsecond }
+func ns(n int) time.Duration { return time.Duration(n) }
 
 // TestRelayAdaptivePolling checks, in fake time, when the relay claims: at
 // once while claims come back full, the minimum poll interval after a claim
-// that found rows, then twice as long after each empty claim up to the poll
-// interval, where an idle relay stays: one claim per poll interval.
+// that found rows, then after each empty claim a quarter of the time since
+// the last rows were found, up to the poll interval, where an idle relay
+// stays: one claim per poll interval.
 func TestRelayAdaptivePolling(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name    string
 		rows    int
+		poll    time.Duration // the poll interval; the minimum is 10 ms
 		runFor  time.Duration
 		want    []claimAt
 		wantSum int
@@ -109,22 +115,31 @@ func TestRelayAdaptivePolling(t *testing.T) {
 		{
 			name:   "IdleCostsOneClaimPerPollInterval",
 			rows:   0,
+			poll:   time.Second,
 			runFor: ms(10_500),
 			want: []claimAt{{0, 0}, {ms(1000), 0}, {ms(2000), 0}, {ms(3000), 0}, {ms(4000), 0}, {ms(5000), 0},
 				{ms(6000), 0}, {ms(7000), 0}, {ms(8000), 0}, {ms(9000), 0}, {ms(10_000), 0}},
 		},
 		{
+			// After the claim that found rows, each empty claim waits a
+			// quarter of the time since that claim, at least the minimum
+			// poll interval (10 ms) and at most the poll interval (200 ms).
 			name:   "PartialBatchThenBackOff",
 			rows:   5,
-			runFor: ms(2500),
-			want: []claimAt{{0, 5}, {ms(10), 0}, {ms(20), 0}, {ms(40), 0}, {ms(80), 0}, {ms(160), 0}, {ms(320), 0},
-				{ms(640), 0}, {ms(1280), 0}, {ms(2280), 0}},
+			poll:   ms(200),
+			runFor: ms(1600),
+			want: []claimAt{{0, 5}, {ms(10), 0}, {ms(20), 0}, {ms(30), 0}, {ms(40), 0}, {ms(50), 0}, {us(62_500), 0},
+				{us(78_125), 0}, {ns(97_656_250), 0}, {ns(122_070_312), 0}, {ns(152_587_890), 0}, {ns(190_734_862), 0},
+				{ns(238_418_577), 0}, {ns(298_023_221), 0}, {ns(372_529_026), 0}, {ns(465_661_282), 0},
+				{ns(582_076_602), 0}, {ns(727_595_752), 0}, {ns(909_494_690), 0}, {ns(1_109_494_690), 0},
+				{ns(1_309_494_690), 0}, {ns(1_509_494_690), 0}},
 		},
 		{
 			name:   "FullBatchesAtOnce",
 			rows:   25,
-			runFor: ms(50),
-			want:   []claimAt{{0, 10}, {0, 10}, {0, 5}, {ms(10), 0}, {ms(20), 0}, {ms(40), 0}},
+			poll:   time.Second,
+			runFor: ms(45),
+			want:   []claimAt{{0, 10}, {0, 10}, {0, 5}, {ms(10), 0}, {ms(20), 0}, {ms(30), 0}, {ms(40), 0}},
 		},
 	}
 	for _, tc := range cases {
@@ -134,7 +149,7 @@ func TestRelayAdaptivePolling(t *testing.T) {
 				st := newClockStore()
 				st.add(tc.rows)
 				pub := outboxtest.NewPublisher()
-				r, err := outbox.NewRelay(st, pub, outbox.WithBatchSize(10), outbox.WithPollInterval(time.Second),
+				r, err := outbox.NewRelay(st, pub, outbox.WithBatchSize(10), outbox.WithPollInterval(tc.poll),
 					outbox.WithMinPollInterval(10*time.Millisecond))
 				require.NoError(t, err)
 				runFor(t, r, tc.runFor, nil)

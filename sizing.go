@@ -18,18 +18,25 @@ import "time"
 //     because the aggregates' next messages wait behind batches in flight,
 //     still gets all it could. If it had to wait for a free slot, messages
 //     trickling in waited for the broker: one more batch may be in flight.
-//   - An empty claim halves the batch size and allows one batch fewer in
-//     flight, down to their minimums: an idle relay gets there in a few
-//     claims, while one empty claim in a stream of messages (common when
-//     the relay looks every few milliseconds) costs little.
+//   - An empty claim halves the batch size, down to its minimum.
 //   - A claim slower than half the store timeout, or a batch whose claim,
 //     publish and acknowledgement took longer than half the publish
 //     timeout, halves the batch size: large batches must never make the
 //     database or the broker time out.
-//   - After a full claim the next claim follows at once; after a short one,
-//     after the minimum poll interval; after an empty one, after a wait that
-//     doubles with each empty claim up to the poll interval, so an idle relay
-//     costs one claim per poll interval.
+//   - After a full claim the next claim follows at once; after a claim that
+//     found some rows, after the minimum poll interval. After an empty claim
+//     the relay waits a quarter of the time it has found nothing (since the
+//     start of its last claim that found rows), at least the minimum poll
+//     interval and at most the poll interval. A pause of a few milliseconds
+//     between the commits of a steady stream thus keeps the waits at the
+//     minimum, and a stall of the writers adds at most a quarter of its
+//     length to the next message's latency, while a relay left idle backs
+//     off to one claim per poll interval within about four poll intervals,
+//     and stays there.
+//   - Batches allowed in flight only grow during a stream of claims; they
+//     go back to their minimum, with the batch size, when the relay is idle
+//     (its wait reached the poll interval). One empty claim amid a trickle
+//     therefore does not make the next claims wait for the broker.
 //
 // A sizing belongs to one Run loop and is not safe for concurrent use.
 type sizing struct {
@@ -38,9 +45,27 @@ type sizing struct {
 	minPoll, poll            time.Duration
 	slowClaim, slowBatch     time.Duration
 
-	batch    int           // rows the next claim takes
-	inFlight int           // batches that may be in flight
-	delay    time.Duration // the wait after the next empty claim
+	batch    int // rows the next claim takes
+	inFlight int // batches that may be in flight
+	// found is when the last claim that found rows started; zero after a
+	// reset, until the next claim. idle is set while empty claims wait the
+	// whole poll interval, as when the relay starts.
+	found time.Time
+	idle  bool
+}
+
+// backoffShare is the part (1/backoffShare) of the time an active relay has
+// found nothing that it waits before its next claim.
+const backoffShare = 4
+
+// claimSeen is what the loop saw of one claim: when it started, how long it
+// took, how many rows it asked for (limit) and found, and whether it had to
+// wait for a batch in flight to settle first (waited).
+type claimSeen struct {
+	start    time.Time
+	took     time.Duration
+	limit, n int
+	waited   bool
 }
 
 func newSizing(c *relayConfig) *sizing {
@@ -50,40 +75,56 @@ func newSizing(c *relayConfig) *sizing {
 		minPoll: min(c.minPollInterval, c.pollInterval), poll: c.pollInterval,
 		slowClaim: c.storeTimeout / 2, slowBatch: c.publishTimeout / 2,
 		batch: c.minBatch, inFlight: c.minInFlight,
-		delay: c.pollInterval, // start as an idle relay
+		idle: true,
 	}
 }
 
-// claimed records a claim of limit rows that found n in took; waited says
-// whether the claim had to wait for a batch in flight to settle first. It
-// returns how long to wait before the next claim.
-func (s *sizing) claimed(limit, n int, took time.Duration, waited bool) time.Duration {
+// claimed records a claim and returns how long to wait, from its end,
+// before the next claim.
+func (s *sizing) claimed(c claimSeen) time.Duration {
+	if c.n == 0 {
+		return s.empty(c)
+	}
+	s.found, s.idle = c.start, false
 	switch {
-	case n == 0:
+	case c.took > s.slowClaim:
 		s.shrink(0)
-		s.inFlight = max(s.inFlight-1, s.minInFlight)
-		wait := s.delay
-		s.delay = min(2*s.delay, s.poll)
-		return wait
-	case took > s.slowClaim:
-		s.shrink(0)
-	case n >= limit:
+	case c.n >= c.limit:
 		if s.batch < s.maxBatch {
 			s.batch = min(2*s.batch, s.maxBatch)
-		} else if waited {
+		} else if c.waited {
 			s.inFlight = min(s.inFlight+1, s.maxInFlight)
 		}
 	default:
-		s.shrink(n)
-		if waited {
+		s.shrink(c.n)
+		if c.waited {
 			s.inFlight = min(s.inFlight+1, s.maxInFlight)
 		}
 	}
-	s.delay = s.minPoll
-	if n >= limit {
+	if c.n >= c.limit {
 		return 0
 	}
 	return s.minPoll
+}
+
+// empty records a claim that found nothing and returns the wait before the
+// next one: a share of the time the relay has found nothing, within the
+// poll interval bounds. Once that reaches the poll interval the relay is idle,
+// and its sizes are back at their minimums.
+func (s *sizing) empty(c claimSeen) time.Duration {
+	s.shrink(0)
+	if s.found.IsZero() && !s.idle { // the first claim after a reset
+		s.found = c.start
+	}
+	wait := s.poll
+	if !s.idle {
+		wait = min(max(c.start.Sub(s.found)/backoffShare, s.minPoll), s.poll)
+	}
+	if wait >= s.poll {
+		s.idle = true
+		s.batch, s.inFlight = s.minBatch, s.minInFlight
+	}
+	return wait
 }
 
 // settled records a batch that took d from its claim to its settling.
@@ -101,8 +142,9 @@ func (s *sizing) shrink(found int) {
 
 // reset starts over after the relay probed a destination that was down, or
 // a store call failed: the next claim is one of the smallest, with the
-// fewest batches in flight, and an empty claim waits the minimum poll
-// interval first.
+// fewest batches in flight, and empty claims back off as if the last rows
+// were found at the next claim.
 func (s *sizing) reset() {
-	s.batch, s.inFlight, s.delay = s.minBatch, s.minInFlight, s.minPoll
+	s.batch, s.inFlight = s.minBatch, s.minInFlight
+	s.found, s.idle = time.Time{}, false
 }

@@ -34,11 +34,34 @@ type state struct {
 	wait            time.Duration
 }
 
+// feeder feeds a sizing claims in time: each claim starts when the wait
+// the sizing chose after the previous one has passed.
+type feeder struct {
+	s   *sizing
+	now time.Time
+}
+
+func newFeeder(s *sizing) *feeder { return &feeder{s: s, now: time.Unix(1_700_000_000, 0)} }
+
+// claim feeds one claim that found found rows (-1: all it asked for) and
+// returns the sizing's decision.
+func (f *feeder) claim(c claim) state {
+	limit := f.s.batch
+	found := c.found
+	if found < 0 {
+		found = limit
+	}
+	wait := f.s.claimed(claimSeen{start: f.now, took: c.took, limit: limit, n: found, waited: c.busy})
+	f.now = f.now.Add(c.took + wait)
+	return state{f.s.batch, f.s.inFlight, wait}
+}
+
 func TestSizing(t *testing.T) {
 	t.Parallel()
 	full := claim{found: -1}
 	fullBusy := claim{found: -1, busy: true}
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	us := func(n int) time.Duration { return time.Duration(n) * time.Microsecond }
 	cases := []struct {
 		name   string
 		opts   []RelayOption
@@ -61,19 +84,26 @@ func TestSizing(t *testing.T) {
 		{
 			name:   "TrickleThatWaitsForTheBrokerAddsBatchesInFlight",
 			opts:   []RelayOption{WithBatchSizeRange(10, 40), WithMaxInFlightRange(1, 3)},
-			claims: []claim{{found: 2}, {found: 2, busy: true}, {found: 2}, {found: 2, busy: true}, {found: 2, busy: true}, {found: 2}, {}, {found: 2}},
+			claims: []claim{{found: 2}, {found: 2, busy: true}, {found: 2}, {found: 2, busy: true}, {found: 2, busy: true}, {found: 2}, {}, {}, {found: 2}},
 			want: []state{{10, 1, ms(2)}, {10, 2, ms(2)}, {10, 2, ms(2)}, {10, 3, ms(2)}, {10, 3, ms(2)}, {10, 3, ms(2)},
-				{10, 2, ms(2)}, {10, 2, ms(2)}},
+				{10, 3, ms(2)}, {10, 3, ms(2)}, {10, 3, ms(2)}},
 		},
 		{
-			name: "EmptyClaimsDecayToTheMinimumAndBackOffToThePollInterval",
-			opts: []RelayOption{WithBatchSizeRange(10, 80), WithMaxInFlightRange(1, 4)},
+			// Each empty claim waits a quarter of the time since the start
+			// of the last claim that found rows (2 ms at least): the
+			// silences before these claims are 0, 2, 4, 6, 8, 10, 12.5,
+			// 15.625 ... ms. The wait that reaches the poll interval (here
+			// 20 ms) makes the relay idle: smallest sizes, and one claim per
+			// poll interval from then on, until a claim finds rows.
+			name: "EmptyClaimsBackOffByAQuarterOfTheSilenceThenIdle",
+			opts: []RelayOption{WithBatchSizeRange(10, 80), WithMaxInFlightRange(1, 4), WithPollInterval(20 * time.Millisecond)},
 			claims: []claim{full, full, full, fullBusy, fullBusy, fullBusy, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {},
-				{}, {found: 1}, {}},
+				{}, {}, {}, {}, {}, {}, {}, {found: 1}, {}},
 			want: []state{{20, 1, 0}, {40, 1, 0}, {80, 1, 0}, {80, 2, 0}, {80, 3, 0}, {80, 4, 0},
-				{40, 3, ms(2)}, {20, 2, ms(4)}, {10, 1, ms(8)},
-				{10, 1, ms(16)}, {10, 1, ms(32)}, {10, 1, ms(64)}, {10, 1, ms(128)}, {10, 1, ms(256)}, {10, 1, ms(512)},
-				{10, 1, ms(1000)}, {10, 1, ms(1000)}, {10, 1, ms(1000)}, {10, 1, ms(2)}, {10, 1, ms(2)}},
+				{40, 4, ms(2)}, {20, 4, ms(2)}, {10, 4, ms(2)}, {10, 4, ms(2)}, {10, 4, ms(2)},
+				{10, 4, us(2500)}, {10, 4, us(3125)}, {10, 4, us(3906)}, {10, 4, us(4883)}, {10, 4, us(6104)},
+				{10, 4, us(7629)}, {10, 4, us(9537)}, {10, 4, us(11_921)}, {10, 4, us(14_901)}, {10, 4, us(18_626)},
+				{10, 1, ms(20)}, {10, 1, ms(20)}, {10, 1, ms(20)}, {10, 1, ms(2)}, {10, 1, ms(2)}},
 		},
 		{
 			name:   "SlowClaimHalvesTheBatch",
@@ -90,16 +120,12 @@ func TestSizing(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := testSizing(t, tc.opts...)
+			f := newFeeder(testSizing(t, tc.opts...))
 			var got []state
 			for _, c := range tc.claims {
-				limit := s.batch
-				found := c.found
-				if found < 0 {
-					found = limit
-				}
-				wait := s.claimed(limit, found, c.took, c.busy)
-				got = append(got, state{s.batch, s.inFlight, wait})
+				st := f.claim(c)
+				st.wait = st.wait.Round(time.Microsecond)
+				got = append(got, st)
 			}
 			require.Equal(t, tc.want, got)
 		})
@@ -111,8 +137,9 @@ func TestSizing(t *testing.T) {
 func TestSizingSlowBatchHalves(t *testing.T) {
 	t.Parallel()
 	s := testSizing(t, WithPublishTimeout(2*time.Second), WithBatchSizeRange(100, 800))
+	f := newFeeder(s)
 	for range 3 {
-		s.claimed(s.batch, s.batch, 0, false)
+		f.claim(claim{found: -1})
 	}
 	require.Equal(t, 800, s.batch)
 	s.settled(900 * time.Millisecond) // not slow
@@ -134,21 +161,23 @@ func TestSizingStaysWithinBounds(t *testing.T) {
 		{10, 1000, 1, 4}, {1, 1, 1, 1}, {7, 13, 2, 3}, {100, 100_000, 1, 64}, {5, 5, 4, 4},
 	} {
 		s := testSizing(t, WithBatchSizeRange(b.minBatch, b.maxBatch), WithMaxInFlightRange(b.minInFlight, b.maxInFlight))
+		f := newFeeder(s)
 		for range 10_000 {
-			limit := s.batch
 			var found int
 			switch rng.IntN(4) {
 			case 0:
-				found = limit
+				found = -1
 			case 1:
-				found = rng.IntN(limit + 1)
+				found = rng.IntN(s.batch + 1)
 			case 2:
 				found = 0
 			default:
-				found = limit
+				found = -1
 			}
 			took := time.Duration(rng.IntN(3000)) * time.Millisecond
-			s.claimed(limit, found, took, rng.IntN(2) == 0)
+			st := f.claim(claim{found: found, took: took, busy: rng.IntN(2) == 0})
+			require.GreaterOrEqual(t, st.wait, time.Duration(0))
+			require.LessOrEqual(t, st.wait, time.Second)
 			if rng.IntN(3) == 0 {
 				s.settled(time.Duration(rng.IntN(2000)) * time.Millisecond)
 			}
@@ -162,18 +191,57 @@ func TestSizingStaysWithinBounds(t *testing.T) {
 }
 
 // TestSizingReset: after a store error or a destination outage the relay
-// starts over: smallest batch, fewest in flight, and the shortest wait.
+// starts over: smallest batch, fewest in flight, and empty claims back off
+// from the minimum poll interval again, even from idle.
 func TestSizingReset(t *testing.T) {
 	t.Parallel()
 	s := testSizing(t)
+	f := newFeeder(s)
 	for range 10 {
-		s.claimed(s.batch, s.batch, 0, true)
+		f.claim(claim{found: -1, busy: true})
 	}
-	for range 5 {
-		s.claimed(s.batch, 0, 0, false)
+	for f.claim(claim{}).wait < time.Second {
 	}
-	require.Equal(t, 64*time.Millisecond, s.delay) // waits of 2, 4, 8, 16 and 32 ms so far
+	require.Equal(t, time.Second, f.claim(claim{}).wait, "idle")
+	for range 10 {
+		f.claim(claim{found: -1, busy: true})
+	}
+	require.Greater(t, s.inFlight, DefaultMinInFlight)
 	s.reset()
 	require.Equal(t, []int{DefaultMinBatchSize, DefaultMinInFlight}, []int{s.batch, s.inFlight})
-	require.Equal(t, DefaultMinPollInterval, s.claimed(s.batch, 0, 0, false))
+	require.Equal(t, DefaultMinPollInterval, f.claim(claim{}).wait)
+	s.reset()
+	s.idle = true // reset from idle too
+	s.reset()
+	require.Equal(t, DefaultMinPollInterval, f.claim(claim{}).wait)
+}
+
+// TestSizingIdleCost: once rows stop, a relay reaches one claim per poll
+// interval within about four poll intervals and stays there: over an idle
+// minute with the defaults it makes a few dozen claims, not one per
+// minimum poll interval (30,000).
+func TestSizingIdleCost(t *testing.T) {
+	t.Parallel()
+	s := testSizing(t)
+	f := newFeeder(s)
+	for range 5 {
+		f.claim(claim{found: 3})
+	}
+	start, claims := f.now, 0
+	var firstIdle time.Duration
+	for f.now.Sub(start) < time.Minute {
+		if st := f.claim(claim{}); st.wait == time.Second && firstIdle == 0 {
+			firstIdle = f.now.Sub(start)
+		}
+		claims++
+	}
+	require.Greater(t, firstIdle, 3*time.Second)
+	require.Less(t, firstIdle, 6*time.Second)
+	require.Less(t, claims, 60+40)
+	// From then on, exactly one claim per poll interval.
+	for range 10 {
+		at := f.now
+		f.claim(claim{})
+		require.Equal(t, time.Second, f.now.Sub(at))
+	}
 }

@@ -51,7 +51,7 @@ var fields = []field{
 		func(c *Config) any { return &c.MaxBatchSize }},
 	{Setting{Key: "poll_interval", Usage: "wait `DURATION` before an idle relay looks again"},
 		func(c *Config) any { return &c.PollInterval }},
-	{Setting{Key: "min_poll_interval", Usage: "wait at least `DURATION` between claims while messages trickle in, doubling while none come"},
+	{Setting{Key: "min_poll_interval", Usage: "wait at least `DURATION` between claims while messages trickle in, a quarter of the time since rows last came while none come"},
 		func(c *Config) any { return &c.MinPollInterval }},
 	{Setting{Key: "min_in_flight", Usage: "always let a relay loop have up to `N` claimed batches at the broker at once; equal to max_in_flight, the number is fixed"},
 		func(c *Config) any { return &c.MinInFlight }},

@@ -301,21 +301,8 @@ func TestIdleRelayCost(t *testing.T) {
 		notify := tc.notify
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			base, _, _ := testsvc.PostgresSchema(t)
-			counter := &sqlCounter{}
-			cfg := base.Config().Copy()
-			cfg.ConnConfig.Tracer = counter
-			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-			require.NoError(t, err)
-			t.Cleanup(pool.Close)
-			s := newStore(t, pool, pgstore.WithTable(uniqueTable(t)), pgstore.WithNotify(notify),
-				pgstore.WithBatchLease(tc.lease), pgstore.WithHeldClaims(tc.held))
-			_, err = s.Stats(t.Context()) // learn the table's columns first
-			require.NoError(t, err)
-			// and make the first claim's one-time check for batch leases (the table is empty)
-			_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
-			require.NoError(t, err)
-
+			s, counter, _ := countedStore(t, pgstore.WithNotify(notify), pgstore.WithBatchLease(tc.lease),
+				pgstore.WithHeldClaims(tc.held))
 			const poll, window = 200 * time.Millisecond, 2 * time.Second
 			r, err := outbox.NewRelay(s, outboxtest.NewPublisher(), outbox.WithPollInterval(poll))
 			require.NoError(t, err)
@@ -329,6 +316,68 @@ func TestIdleRelayCost(t *testing.T) {
 			require.GreaterOrEqual(t, got, int64(window/poll)/2, "the relay did not poll")
 		})
 	}
+}
+
+// countedStore returns a store on a table of its own whose pool counts its
+// round trips, that counter, and a pool without it on the same schema for
+// writes the count must leave out. The store has made its one-time queries
+// (the table's columns, the first claim's check for batch leases) already.
+func countedStore(t *testing.T, opts ...pgstore.Option) (*pgstore.Store, *sqlCounter, *pgxpool.Pool) {
+	t.Helper()
+	base, _, _ := testsvc.PostgresSchema(t)
+	counter := &sqlCounter{}
+	cfg := base.Config().Copy()
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s := newStore(t, pool, append([]pgstore.Option{pgstore.WithTable(uniqueTable(t))}, opts...)...)
+	_, err = s.Stats(t.Context()) // learn the table's columns first
+	require.NoError(t, err)
+	// and make the first claim's one-time check for batch leases (the table is empty)
+	_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
+	require.NoError(t, err)
+	return s, counter, base
+}
+
+// TestIdleRelayCostAfterTrickle: a relay that served a trickle (a message
+// every 5 ms for a fifth of a second, no notifications) backs off once it
+// stops, in a few dozen claims rather than one per minimum poll interval,
+// and is then back at one claim per poll interval, counted as round trips
+// to PostgreSQL over two seconds.
+func TestIdleRelayCostAfterTrickle(t *testing.T) {
+	t.Parallel()
+	s, counter, base := countedStore(t)
+	const poll, window, n = 200 * time.Millisecond, 2 * time.Second, 40
+	pub := outboxtest.NewPublisher()
+	r, err := outbox.NewRelay(s, pub, outbox.WithPollInterval(poll))
+	require.NoError(t, err)
+	startRelay(t, r)
+	w := outbox.NewWriter(s)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for i := range n {
+		<-tick.C
+		require.NoError(t, pgx.BeginFunc(t.Context(), base, func(tx pgx.Tx) error {
+			return w.Write(t.Context(), tx, msg(fmt.Sprint(i)))
+		}))
+	}
+	testsvc.Eventually(t, 10*time.Second, func() bool { return pub.Count() == n }, "the trickle published")
+
+	// Backing off: the wait reaches the poll interval 4 intervals after the
+	// last claim that found rows, after about 25 empty claims (2 ms apart
+	// at first, then a quarter of the quiet time). Observation windows, not
+	// waits for a condition.
+	before := counter.n.Load()
+	<-time.After(4*poll + poll/2)
+	backingOff := counter.n.Load() - before
+	before = counter.n.Load()
+	<-time.After(window)
+	idle := counter.n.Load() - before
+	t.Logf("%d round trips while backing off, then %d in %v at a poll interval of %v", backingOff, idle, window, poll)
+	require.LessOrEqual(t, backingOff, int64(50), "backing off")
+	require.LessOrEqual(t, idle, int64(window/poll)+1, "an idle relay costs at most one claim per poll interval")
+	require.GreaterOrEqual(t, idle, int64(window/poll)/2, "the relay did not poll")
 }
 
 // claimCounter counts the claims that returned rows.
