@@ -12,6 +12,10 @@ const (
 	ResultDead        Result = "dead"        // marked dead (attempts used, permanent failure, malformed)
 	ResultUnavailable Result = "unavailable" // destination down; rescheduled without counting the attempt
 	ResultFenced      Result = "fenced"      // published, but another relay took the row over first
+	// ResultHeldBack: not published, given back without counting the
+	// attempt, because an earlier message of its aggregate in the same
+	// ordered batch failed, or the lease or a stop left no time for it.
+	ResultHeldBack Result = "held_back"
 )
 
 // MessageEvent describes one message's attempt, for [HookMessage].

@@ -322,7 +322,7 @@ func (p *pipeline) dispatch(ctx, bctx context.Context, b *batch) {
 	p.inFlight++
 	p.wg.Go(func() {
 		if len(b.send) > 0 {
-			p.r.publish(bctx, b)
+			p.r.publish(ctx, bctx, b)
 		}
 		ev, unavailable, err := p.r.settle(ctx, bctx, b)
 		p.outcomes <- outcome{ev: ev, unavailable: unavailable, err: err} // never blocks: room for maxInFlight
@@ -466,7 +466,7 @@ func (r *Relay) step(ctx, bctx context.Context, limit int) (ev BatchEvent, unava
 		return ev, nil, nil
 	}
 	if len(b.send) > 0 {
-		r.publish(bctx, b)
+		r.publish(ctx, bctx, b)
 	}
 	return r.settle(ctx, bctx, b)
 }
@@ -543,16 +543,17 @@ func (b *batch) kill(m *Message, reason error) {
 	b.deadErrs = append(b.deadErrs, reason)
 }
 
-// publish sends b's messages within the publish timeout and sets b.errs.
-// bctx is the batch's context (see batchContext), which a stop does not cancel.
-func (r *Relay) publish(bctx context.Context, b *batch) {
-	pctx, cancel := context.WithTimeout(bctx, r.cfg.publishTimeout)
-	defer cancel()
-	errs := r.pub.Publish(pctx, b.send)
-	if len(errs) != len(b.send) {
-		errs = ErrorsFor(len(b.send), fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(b.send)))
+// publish sends b's messages within the publish timeout and sets b.errs:
+// in one call, or, when an ordered batch holds several messages of an
+// aggregate, in waves (waves.go). bctx is the batch's context (see
+// batchContext), which a stop does not cancel; ctx is Run's, which a stop
+// does: it stops the waves.
+func (r *Relay) publish(ctx, bctx context.Context, b *batch) {
+	if r.multiWave(b) {
+		r.publishWaves(ctx, bctx, b)
+		return
 	}
-	b.errs = errs
+	b.errs = r.publishOnce(bctx, b.send)
 }
 
 // settle acknowledges, reschedules and kills what became of a published
@@ -567,48 +568,65 @@ func (r *Relay) publish(bctx context.Context, b *batch) {
 func (r *Relay) settle(ctx, bctx context.Context, b *batch) (ev BatchEvent, unavailable error, err error) {
 	ev = b.ev
 	errs := b.errs
-	down := r.destinationDown(ctx, errs)
-	if down != nil && wholeBatchUnavailable(errs) != nil {
+	published := make([]error, 0, len(errs)) // the results of the messages that went to the broker
+	for _, err := range errs {
+		if err != errHeldBack {
+			published = append(published, err)
+		}
+	}
+	down := r.destinationDown(ctx, published)
+	if down != nil && wholeBatchUnavailable(published) != nil {
 		unavailable = down // nothing got through: pause the relay
 	}
 
 	now := time.Now()
-	dead, deadErrs := b.dead, b.deadErrs
-	var sent []*Message
-	var retries, refunds []Retry
-	var retryErrs []error
+	f := fates{dead: b.dead, deadErrs: b.deadErrs}
 	for i, m := range b.send {
 		switch err := errs[i]; {
 		case err == nil:
-			sent = append(sent, m)
+			f.sent = append(f.sent, m)
+		case err == errHeldBack: // never published: due again now, blocked behind its aggregate's failed row
+			f.heldBack = append(f.heldBack, Retry{Message: m, At: now, Err: err.Error()})
 		case down != nil && unreachable(err):
-			refunds = append(refunds, Retry{Message: m, At: now.Add(jitter(r.cfg.probeInterval)), Err: err.Error()})
+			f.refunds = append(f.refunds, Retry{Message: m, At: now.Add(jitter(r.cfg.probeInterval)), Err: err.Error()})
 		case IsPermanent(err):
-			dead = append(dead, Dead{Message: m, Reason: err.Error()})
-			deadErrs = append(deadErrs, err)
+			f.dead = append(f.dead, Dead{Message: m, Reason: err.Error()})
+			f.deadErrs = append(f.deadErrs, err)
 		case m.Attempt >= r.cfg.maxAttempts:
 			err = fmt.Errorf("gave up after %d attempts: %w", m.Attempt, err)
-			dead = append(dead, Dead{Message: m, Reason: err.Error()})
-			deadErrs = append(deadErrs, err)
+			f.dead = append(f.dead, Dead{Message: m, Reason: err.Error()})
+			f.deadErrs = append(f.deadErrs, err)
 		default:
-			retries = append(retries, Retry{Message: m, At: now.Add(r.backoff(m.Attempt)), Err: err.Error()})
-			retryErrs = append(retryErrs, err)
+			f.retries = append(f.retries, Retry{Message: m, At: now.Add(r.backoff(m.Attempt)), Err: err.Error()})
+			f.retryErrs = append(f.retryErrs, err)
 		}
 	}
 
 	sctx, cancel := r.storeContext(bctx)
 	defer cancel()
+	refunds := append(f.refunds[:len(f.refunds):len(f.refunds)], f.heldBack...)
 	if b.held != nil {
-		err = r.settleHeld(sctx, b.held, &ev, sent, retries, refunds, dead)
+		err = r.settleHeld(sctx, b.held, &ev, f.sent, f.retries, refunds, f.dead)
 	} else {
-		err = r.settleEach(sctx, &ev, sent, retries, refunds, dead)
+		err = r.settleEach(sctx, &ev, f.sent, f.retries, refunds, f.dead)
 	}
 	err = r.storeErr(sctx, err)
 	ev.Err = err
 
-	r.report(bctx, now, sent, retries, retryErrs, refunds, dead, deadErrs, down)
+	r.report(bctx, now, &f, down)
 	r.batchDone(ev, b.start)
 	return ev, unavailable, err
+}
+
+// fates is what became of the messages of a batch.
+type fates struct {
+	sent      []*Message
+	retries   []Retry // failed, to publish again after a backoff
+	retryErrs []error // the error of each of retries
+	refunds   []Retry // met a destination that is down: the attempt given back
+	heldBack  []Retry // not published (waves.go): the attempt given back
+	dead      []Dead
+	deadErrs  []error // the error of each of dead
 }
 
 // settleHeld settles a batch whose rows the store holds in an open
@@ -742,32 +760,34 @@ func (r *Relay) ping(ctx context.Context, p Pinger) error {
 
 // report logs and hooks the fate of every message of a batch.
 // decided is when the batch's fate was decided, which the retry delays count from.
-func (r *Relay) report(ctx context.Context, decided time.Time, sent []*Message, retries []Retry, retryErrs []error,
-	refunds []Retry, dead []Dead, deadErrs []error, unavailable error) {
+func (r *Relay) report(ctx context.Context, decided time.Time, f *fates, unavailable error) {
 	now := time.Now()
-	for _, m := range sent {
+	for _, m := range f.sent {
 		// Ack reports a count only, so a fenced or deleted row (BatchEvent.Fenced,
 		// BatchEvent.Gone) is reported sent too: the broker did confirm it.
 		r.message(MessageEvent{Message: m, Result: ResultSent, Latency: now.Sub(m.CreatedAt)})
 	}
-	for i, rt := range retries {
+	for i, rt := range f.retries {
 		m := rt.Message
 		r.log.LogAttrs(ctx, slog.LevelWarn, "publish failed, will retry",
 			slog.String(attrMessageID, m.MessageID), slog.String(attrEventType, m.EventType),
 			slog.Int(attrAttempt, m.Attempt), slog.Duration(attrDelay, rt.At.Sub(decided)),
 			slog.String(attrError, rt.Err))
-		r.message(MessageEvent{Message: m, Result: ResultRetry, Err: retryErrs[i]})
+		r.message(MessageEvent{Message: m, Result: ResultRetry, Err: f.retryErrs[i]})
 	}
-	for _, rt := range refunds {
+	for _, rt := range f.refunds {
 		r.message(MessageEvent{Message: rt.Message, Result: ResultUnavailable, Err: unavailable})
 	}
-	for i, d := range dead {
+	for _, rt := range f.heldBack {
+		r.message(MessageEvent{Message: rt.Message, Result: ResultHeldBack, Err: errHeldBack})
+	}
+	for i, d := range f.dead {
 		m := d.Message
 		r.log.LogAttrs(ctx, slog.LevelError, "message dead", slog.Int64(attrRowID, m.RowID),
 			slog.String(attrMessageID, m.MessageID), slog.String(attrAggregateID, m.AggregateID),
 			slog.String(attrEventType, m.EventType), slog.Int(attrAttempt, m.Attempt),
 			slog.String(attrError, d.Reason))
-		r.message(MessageEvent{Message: m, Result: ResultDead, Err: deadErrs[i]})
+		r.message(MessageEvent{Message: m, Result: ResultDead, Err: f.deadErrs[i]})
 	}
 }
 
