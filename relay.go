@@ -199,10 +199,12 @@ type pipeline struct {
 	probe     time.Duration // the next pause while down
 	storeWait time.Duration // the next pause after a store error
 	size      *sizing       // the next claim's size, the batches allowed in flight, the waits
+	chain     chain         // with ordering: the runs of the batches in flight (waves.go)
 }
 
 // outcome is what settling a batch found.
 type outcome struct {
+	b           *batch
 	ev          BatchEvent
 	unavailable error // the whole batch met a destination that is down
 	err         error // a store error that cut the cycle short
@@ -254,7 +256,7 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 		default:
 		}
 		limit := p.size.batch
-		b, err := r.claim(ctx, limit)
+		b, err := r.claim(ctx, limit, p.chain.ids())
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -320,12 +322,15 @@ func (p *pipeline) idle(ctx context.Context, d time.Duration) {
 // up the acknowledgement of later ones.
 func (p *pipeline) dispatch(ctx, bctx context.Context, b *batch) {
 	p.inFlight++
+	if p.r.cfg.ordered {
+		p.chain.add(b)
+	}
 	p.wg.Go(func() {
 		if len(b.send) > 0 {
 			p.r.publish(ctx, bctx, b)
 		}
 		ev, unavailable, err := p.r.settle(ctx, bctx, b)
-		p.outcomes <- outcome{ev: ev, unavailable: unavailable, err: err} // never blocks: room for maxInFlight
+		p.outcomes <- outcome{b: b, ev: ev, unavailable: unavailable, err: err} // never blocks: room for maxInFlight
 	})
 }
 
@@ -355,6 +360,7 @@ func (p *pipeline) collect(ctx context.Context, block bool) bool {
 
 // apply updates the loop's state with a settled batch's outcome.
 func (p *pipeline) apply(ctx context.Context, o outcome) {
+	p.chain.remove(o.b)
 	switch {
 	case o.err != nil:
 		p.storeFailed(ctx, o.err)
@@ -458,7 +464,7 @@ func (r *Relay) Step(ctx context.Context) (BatchEvent, error) {
 // the destination unavailable, and a store error that cut the cycle short.
 // The claim runs in ctx, the publish and settle in bctx (see batchContext).
 func (r *Relay) step(ctx, bctx context.Context, limit int) (ev BatchEvent, unavailable error, err error) {
-	b, err := r.claim(ctx, limit)
+	b, err := r.claim(ctx, limit, nil)
 	if err != nil {
 		return BatchEvent{Err: err}, nil, err
 	}
@@ -481,12 +487,16 @@ type batch struct {
 	deadErrs []error
 	errs     []error   // the publisher's results for send
 	held     HeldClaim // the store's open transaction holding the rows, or nil
+	// With ordering (waves.go): each aggregate's run in this batch, and the
+	// run of an earlier batch in flight that it must wait for.
+	runs  map[aggregateKey]*runDone
+	after map[aggregateKey]*runDone
 }
 
 // claim claims up to limit rows and sorts them into those to send and those
 // to kill. It returns a nil batch when nothing was due, and reports a failed
 // claim to the batch hooks.
-func (r *Relay) claim(ctx context.Context, limit int) (*batch, error) {
+func (r *Relay) claim(ctx context.Context, limit int, chain []int64) (*batch, error) {
 	start := time.Now()
 	cctx, cancel := r.storeContext(ctx)
 	defer cancel()
@@ -495,6 +505,7 @@ func (r *Relay) claim(ctx context.Context, limit int) (*batch, error) {
 		Lease:       r.cfg.lease,
 		Ordered:     r.cfg.ordered,
 		BlockOnDead: r.cfg.ordered && r.cfg.deadPolicy == DeadBlocks,
+		Chain:       chain,
 		Delete:      r.cfg.deleteSent,
 		MaxPayload:  r.cfg.maxPayload,
 	})
@@ -549,7 +560,7 @@ func (b *batch) kill(m *Message, reason error) {
 // batchContext), which a stop does not cancel; ctx is Run's, which a stop
 // does: it stops the waves.
 func (r *Relay) publish(ctx, bctx context.Context, b *batch) {
-	if r.multiWave(b) {
+	if r.cfg.ordered {
 		r.publishWaves(ctx, bctx, b)
 		return
 	}

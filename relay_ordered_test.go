@@ -20,7 +20,8 @@ import (
 // of whose earlier rows of the aggregate is pending or leased), as the real
 // stores did before runs; with runs set, it takes runs (a head and the rows
 // that follow it in its aggregate, up to the first one it cannot take), as
-// ClaimParams.Ordered allows. Rescheduled rows come back when due. It records
+// ClaimParams.Ordered allows, and counts the leased rows of
+// ClaimParams.Chain as taken. Rescheduled rows come back when due. It records
 // when each claim happened and how many rows it returned.
 type headStore struct {
 	mu     sync.Mutex
@@ -64,12 +65,19 @@ func (s *headStore) Claim(_ context.Context, p outbox.ClaimParams) (*outbox.Clai
 	defer s.mu.Unlock()
 	now := time.Now()
 	blocked := map[string]bool{} // aggregates with an earlier unsent row
+	chained := map[int64]bool{}  // rows the relay holds in earlier batches
+	for _, id := range p.Chain {
+		chained[id] = true
+	}
 	c := &outbox.Claim{}
 	for _, r := range s.rows {
 		agg := r.m.AggregateID
 		if r.sent || r.dead {
 			blocked[agg] = blocked[agg] || (r.dead && p.BlockOnDead)
 			continue
+		}
+		if s.runs && chained[r.m.RowID] && r.leased {
+			continue // as if it were in this claim (ClaimParams.Chain)
 		}
 		took := false
 		if !blocked[agg] && !r.leased && !r.dead && !now.Before(r.notAfter) && len(c.Messages) < p.Limit {

@@ -44,14 +44,18 @@ func (p *wavePublisher) waves() [][]int64 {
 
 // results records the result of each message the relay reports.
 type results struct {
-	mu sync.Mutex
-	by map[int64]outbox.Result
+	mu   sync.Mutex
+	by   map[int64]outbox.Result // the last result of each row
+	held int                     // how many times a row was held back
 }
 
 func (h *results) OnMessage(ev outbox.MessageEvent) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.by[ev.Message.RowID] = ev.Result
+	if ev.Result == outbox.ResultHeldBack {
+		h.held++
+	}
 }
 
 func (h *results) get() map[int64]outbox.Result {
@@ -204,5 +208,62 @@ func requireAggregateOrder(t *testing.T, msgs []*outbox.Message) {
 	for _, m := range msgs {
 		require.Greater(t, m.RowID, last[m.AggregateID], fmt.Sprintf("aggregate %s: row %d after row %d", m.AggregateID, m.RowID, last[m.AggregateID]))
 		last[m.AggregateID] = m.RowID
+	}
+}
+
+// TestRelayChainsRunsAcrossBatches runs an ordered relay with three batches
+// in flight over a store that returns chained runs: a batch may hold the
+// rows that follow those of an earlier batch still at the broker, and
+// publishes them only once the earlier ones are confirmed. It checks that
+// batches did overlap, that every message arrived once, in order per
+// aggregate, and that when a message of the first batch fails, the later
+// batches' rows of its aggregate are given back, not published ahead of it.
+func TestRelayChainsRunsAcrossBatches(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		fail func(*outbox.Message) error
+	}{
+		{name: "AllGoThrough"},
+		{name: "FailureInAnEarlierBatch", fail: func(m *outbox.Message) error {
+			if m.RowID == 3 && m.Attempt == 1 { // a's second message, in the first batch
+				return errors.New("broker busy")
+			}
+			return nil
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				st := newHeadStore()
+				st.runs = true
+				st.add([]string{"a", "b"}, 12) // rows 1..24: a the odd ones, b the even ones
+				pub := &wavePublisher{Publisher: outboxtest.NewPublisher(), took: ms(5)}
+				if tc.fail != nil {
+					pub.FailWith(tc.fail)
+				}
+				res := &results{by: map[int64]outbox.Result{}}
+				r, err := outbox.NewRelay(st, pub, outbox.WithBatchSize(4), outbox.WithMaxInFlight(3),
+					outbox.WithOrdering(true, outbox.DeadBlocks), outbox.WithBackoff(ms(50), ms(50)),
+					outbox.WithMinPollInterval(ms(10)), outbox.WithPollInterval(ms(100)), outbox.WithHooks(res))
+				require.NoError(t, err)
+				runFor(t, r, 5*time.Second, nil)
+
+				require.Len(t, pub.Messages(), 24, "every message once")
+				requireAggregateOrder(t, pub.Messages())
+				overlapped := false
+				for _, c := range st.history()[1:2] {
+					overlapped = c.at == 0 && c.rows > 0
+				}
+				require.True(t, overlapped, "the second batch was claimed while the first was at the broker: %v", st.history())
+				if tc.fail != nil {
+					res.mu.Lock()
+					held := res.held
+					res.mu.Unlock()
+					require.Positive(t, held, "rows after the failed one were given back")
+				}
+			})
+		})
 	}
 }

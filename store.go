@@ -63,6 +63,14 @@ type ClaimParams struct {
 	// BlockOnDead, with Ordered, makes a dead row block its aggregate's later
 	// rows until an operator retries or discards it.
 	BlockOnDead bool
+	// Chain, with Ordered, are the ids of rows this relay claimed earlier
+	// and has not settled (its batches in flight). A store may count them
+	// as part of this claim for the rule of Ordered, and so return the rows
+	// that follow them (chained runs); the relay publishes such a row only
+	// after the broker confirmed every row of its aggregate in the earlier
+	// batch, and gives it back when one of those failed. A store may ignore
+	// Chain.
+	Chain []int64
 	// Delete says whether the relay deletes acknowledged rows (true) or keeps
 	// them as sent. Only a store that settles batches in the claim's own
 	// transaction (see [Claim.Held]) needs to know it at claim time.

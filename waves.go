@@ -27,10 +27,19 @@ import (
 // from the start of the claim, runs out; otherwise the rest of the batch is
 // given back. A stop of the relay (Run's ctx cancelled) also gives back
 // what is not yet published, so that a stop waits for one wave at most.
+//
+// Chained runs: with several batches in flight, the relay names the rows
+// of its batches in flight in each claim (ClaimParams.Chain), and a store
+// may then return the rows that follow them. Such a run waits for the run
+// of its aggregate in the earlier batch: it starts once the broker
+// confirmed every message of that run, and is given back whole when one of
+// them failed. So the relay publishes message k+1 only after it got a copy
+// of message k confirmed, whichever batch each is in.
 
 // errHeldBack marks, in a batch's results, a message that was not
-// published: an earlier message of its aggregate in the batch failed, the
-// lease left no time for its wave, or the relay is stopping.
+// published: an earlier message of its aggregate (in the batch, or in the
+// earlier batch it follows) failed, the lease left no time for its wave, or
+// the relay is stopping.
 var errHeldBack = errors.New("outbox: not published: held back behind an earlier message of its aggregate")
 
 // aggregateKey identifies an aggregate.
@@ -56,10 +65,93 @@ func runsOf(send []*Message) [][]int {
 	return runs
 }
 
+// runDone is the end of one aggregate's run in one batch: done is closed
+// once every message of the run has its result, ok set before that when
+// the broker confirmed them all.
+type runDone struct {
+	done chan struct{}
+	ok   bool
+}
+
+// chain is, with ordering, the runs of the batches a relay has in flight:
+// per aggregate, the run of the latest batch that holds it, which the next
+// batch's run of that aggregate must wait for (chained runs: the store may
+// hand out rows that follow rows this relay holds, see
+// ClaimParams.Chain). Only the claim loop uses it.
+type chain struct {
+	last    map[aggregateKey]*runDone
+	batches map[*batch]struct{}
+}
+
+// ids returns the rows of the batches in flight, for ClaimParams.Chain.
+func (c *chain) ids() []int64 {
+	var ids []int64
+	for b := range c.batches {
+		for _, m := range b.send {
+			ids = append(ids, m.RowID)
+		}
+	}
+	return ids
+}
+
+// add records b, just claimed, before it is published: each of its runs
+// waits for the run of its aggregate in the batch added before it.
+func (c *chain) add(b *batch) {
+	if c.last == nil {
+		c.last, c.batches = map[aggregateKey]*runDone{}, map[*batch]struct{}{}
+	}
+	b.runs, b.after = map[aggregateKey]*runDone{}, map[aggregateKey]*runDone{}
+	for _, m := range b.send {
+		k := keyOf(m)
+		if _, ok := b.runs[k]; ok {
+			continue
+		}
+		if prev := c.last[k]; prev != nil {
+			b.after[k] = prev
+		}
+		rd := &runDone{done: make(chan struct{})}
+		b.runs[k], c.last[k] = rd, rd
+	}
+	c.batches[b] = struct{}{}
+}
+
+// remove forgets b once it is settled.
+func (c *chain) remove(b *batch) {
+	if b == nil || c.batches == nil {
+		return
+	}
+	delete(c.batches, b)
+	for k, rd := range b.runs {
+		if c.last[k] == rd {
+			delete(c.last, k)
+		}
+	}
+}
+
 // publishWaves publishes b.send in waves (see above) and sets b.errs, in
-// which a message not published carries errHeldBack. ctx is Run's, which a
-// stop cancels; bctx is the batch's (see batchContext).
+// which a message not published carries errHeldBack. A run that follows
+// the run of its aggregate in an earlier batch (b.after) starts once that
+// one is done, and only when it went through. ctx is Run's, which a stop
+// cancels; bctx is the batch's (see batchContext).
 func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
+	runs := runsOf(b.send)
+	next := make([]int, len(runs))     // per run, the position of its next message
+	stopped := make([]bool, len(runs)) // publish no more of the run
+	b.errs = make([]error, len(b.send))
+	defer func() {
+		for j, run := range runs {
+			for _, i := range run[next[j]:] {
+				b.errs[i] = errHeldBack
+			}
+			if rd := b.runs[keyOf(b.send[run[0]])]; rd != nil {
+				rd.ok = !stopped[j]
+				for _, i := range run {
+					rd.ok = rd.ok && b.errs[i] == nil
+				}
+				close(rd.done)
+			}
+		}
+	}()
 	// A row killed at claim time (malformed, attempts used, too large)
 	// stops its run where it stands: its later rows are not published.
 	killed := map[aggregateKey]int64{}
@@ -70,15 +162,12 @@ func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
 			}
 		}
 	}
-	runs := runsOf(b.send)
-	next := make([]int, len(runs))     // per run, the position of its next message
-	stopped := make([]bool, len(runs)) // the run failed: publish no more of it
-	b.errs = make([]error, len(b.send))
 	deadline := b.start.Add(r.cfg.lease - r.cfg.publishTimeout)
 	var wave []*Message
 	var in []int // the run of each message of wave
 	for {
 		wave, in = wave[:0], in[:0]
+		var wait *runDone // an earlier batch's run that a run of this one waits for
 		for j, run := range runs {
 			if stopped[j] || next[j] == len(run) {
 				continue
@@ -88,10 +177,33 @@ func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
 				stopped[j] = true
 				continue
 			}
+			if prev := b.after[keyOf(m)]; prev != nil && next[j] == 0 {
+				select {
+				case <-prev.done:
+					if !prev.ok {
+						stopped[j] = true
+						continue
+					}
+				default:
+					if wait == nil {
+						wait = prev
+					}
+					continue
+				}
+			}
 			wave, in = append(wave, m), append(in, j)
 		}
-		if len(wave) == 0 || ctx.Err() != nil || bctx.Err() != nil || time.Now().After(deadline) {
-			break // done, or no time left for this wave: the rest is given back
+		if len(wave) == 0 && wait == nil {
+			return
+		}
+		if ctx.Err() != nil || bctx.Err() != nil || time.Now().After(deadline) {
+			return // no time left for this wave: the rest is given back
+		}
+		if len(wave) == 0 {
+			if !waitRun(ctx, bctx, wait, deadline) {
+				return
+			}
+			continue
 		}
 		errs := r.publishOnce(bctx, wave)
 		for w, j := range in {
@@ -100,11 +212,21 @@ func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
 			stopped[j] = stopped[j] || errs[w] != nil
 		}
 	}
-	for j, run := range runs {
-		for _, i := range run[next[j]:] {
-			b.errs[i] = errHeldBack
-		}
+}
+
+// waitRun waits until rd is done, and reports false when ctx or bctx ended
+// or the deadline passed first.
+func waitRun(ctx, bctx context.Context, rd *runDone, deadline time.Time) bool {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-rd.done:
+		return true
+	case <-ctx.Done():
+	case <-bctx.Done():
+	case <-t.C:
 	}
+	return false
 }
 
 // publishOnce sends msgs within the publish timeout and returns one result
@@ -117,21 +239,4 @@ func (r *Relay) publishOnce(bctx context.Context, msgs []*Message) []error {
 		errs = ErrorsFor(len(msgs), fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(msgs)))
 	}
 	return errs
-}
-
-// multiWave reports whether b must be published in more than one wave: with
-// ordering, when a run holds more than one message.
-func (r *Relay) multiWave(b *batch) bool {
-	if !r.cfg.ordered {
-		return false
-	}
-	seen := make(map[aggregateKey]struct{}, len(b.send))
-	for _, m := range b.send {
-		k := keyOf(m)
-		if _, ok := seen[k]; ok {
-			return true
-		}
-		seen[k] = struct{}{}
-	}
-	return false
 }

@@ -19,7 +19,10 @@ import (
 // its pending rows. Why that is safe, with concurrent claims and
 // acknowledgements, is in docs/ordering.md ("Runs: why a claim cannot skip
 // a row"). The rows locked and not kept are released when the statement
-// commits.
+// commits. The rows of outbox.ClaimParams.Chain (the relay's batches in
+// flight) count as candidates for that rule without being claimed again,
+// so a claim can take the rows that follow them (chained runs; the relay
+// publishes those only after it got the earlier ones confirmed).
 //
 // Runs are taken from the first due rows, so an aggregate blocked at the
 // front of the backlog (a row in backoff, a dead row, rows another relay
@@ -32,7 +35,9 @@ import (
 
 // runsQueries are the runs claim statements, for one dead policy: $1
 // limit, $2 lease µs, $3 and $4 the ids (lo, hi] of the claim cursor, $5
-// the payload limit. Each returns the claimed columns plus "full" (the
+// the ids of ClaimParams.Chain (rows of the relay's batches in flight,
+// which count as candidates for the prefix rule, though they are not
+// claimed again), $6 the payload limit. Each returns the claimed columns plus "full" (the
 // candidates filled their limit: more due rows may lie beyond them).
 type runsQueries struct {
 	fromCursor string // on Migrate's pending index, from the claim cursor
@@ -60,14 +65,15 @@ func buildRunsQueries(table string, q *queries, headIndex bool, async string) [2
 		  AND h.status IN (%[2]s) AND h.id <= s.hi
 		ORDER BY h.aggregate_type%[5]s, h.aggregate_id%[5]s, h.id) AS p
 ), run AS (
-	SELECT p.id, bool_and(c.id IS NOT NULL) OVER (PARTITION BY p.aggregate_type, p.aggregate_id ORDER BY p.id) AS ok
+	SELECT p.id, c.id IS NOT NULL AS mine,
+		bool_and(c.id IS NOT NULL OR p.id = ANY ($5::bigint[])) OVER (PARTITION BY p.aggregate_type, p.aggregate_id ORDER BY p.id) AS ok
 	FROM pend AS p LEFT JOIN cand AS c ON c.id = p.id
 ), u AS (
 	UPDATE %[1]s AS o
 	SET retry_count = %[3]s,
 		next_retry_at = now() + $2::bigint * interval '1 microsecond',
 		updated_at = now()
-	WHERE o.id = ANY (ARRAY(SELECT id FROM run WHERE ok
+	WHERE o.id = ANY (ARRAY(SELECT id FROM run WHERE ok AND mine
 		UNION ALL SELECT id FROM cand WHERE aggregate_type IS NULL OR aggregate_id IS NULL))
 	RETURNING %[4]s
 )
@@ -83,7 +89,7 @@ SELECT u.*, f.full FROM (SELECT count(*) >= $1 AS full FROM cand) AS f LEFT JOIN
 	ORDER BY o.id
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
-)`, table, async)+rest, 5)
+)`, table, async)+rest, 6)
 		// Without the pending index the candidates come, as in the
 		// unordered claim (claimStatus), from a window of the (status,
 		// next_retry_at) index: the rows due again, then the rows never
@@ -97,7 +103,7 @@ SELECT u.*, f.full FROM (SELECT count(*) >= $1 AS full FROM cand) AS f LEFT JOIN
 	ORDER BY o.id
 	LIMIT $1
 	FOR UPDATE OF o SKIP LOCKED
-)`, table, async)+rest, 5)
+)`, table, async)+rest, 6)
 	}
 	return out
 }
@@ -119,6 +125,10 @@ func (s *Store) claimRuns(ctx context.Context, q *queries, p outbox.ClaimParams)
 	rq := st.runs[policy]
 	lease, mp := p.Lease.Microseconds(), payloadLimit(p.MaxPayload)
 	full := false
+	chain := p.Chain
+	if chain == nil {
+		chain = []int64{}
+	}
 	take := func(limit int, lo, hi int64) (*outbox.Claim, error) {
 		claim := &outbox.Claim{}
 		sql := rq.byStatus
@@ -126,7 +136,7 @@ func (s *Store) claimRuns(ctx context.Context, q *queries, p outbox.ClaimParams)
 			sql = rq.fromCursor
 		}
 		var f bool
-		if err := s.claimRows(ctx, claim, q, sql, []any{&f}, mp, limit, lease, lo, hi); err != nil {
+		if err := s.claimRows(ctx, claim, q, sql, []any{&f}, mp, limit, lease, lo, hi, chain); err != nil {
 			return nil, err
 		}
 		full = full || f
