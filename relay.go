@@ -488,9 +488,9 @@ type batch struct {
 	errs     []error   // the publisher's results for send
 	held     HeldClaim // the store's open transaction holding the rows, or nil
 	// With ordering (waves.go): each aggregate's run in this batch, and the
-	// run of an earlier batch in flight that it must wait for.
+	// runs of earlier batches in flight that it must wait for.
 	runs  map[aggregateKey]*runDone
-	after map[aggregateKey]*runDone
+	after map[aggregateKey][]*runDone
 }
 
 // claim claims up to limit rows and sorts them into those to send and those

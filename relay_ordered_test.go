@@ -20,8 +20,8 @@ import (
 // of whose earlier rows of the aggregate is pending or leased), as the real
 // stores did before runs; with runs set, it takes runs (a head and the rows
 // that follow it in its aggregate, up to the first one it cannot take), as
-// ClaimParams.Ordered allows, and counts the leased rows of
-// ClaimParams.Chain as taken. Rescheduled rows come back when due. It records
+// ClaimParams.Ordered allows, and counts the rows of ClaimParams.Chain as
+// taken. Rescheduled rows come back when due. It records
 // when each claim happened and how many rows it returned.
 type headStore struct {
 	mu     sync.Mutex
@@ -76,8 +76,8 @@ func (s *headStore) Claim(_ context.Context, p outbox.ClaimParams) (*outbox.Clai
 			blocked[agg] = blocked[agg] || (r.dead && p.BlockOnDead)
 			continue
 		}
-		if s.runs && chained[r.m.RowID] && r.leased {
-			continue // as if it were in this claim (ClaimParams.Chain)
+		if s.runs && chained[r.m.RowID] {
+			continue // as if it were in this claim (ClaimParams.Chain), leased or not, as pgstore does
 		}
 		took := false
 		if !blocked[agg] && !r.leased && !r.dead && !now.Before(r.notAfter) && len(c.Messages) < p.Limit {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -69,17 +70,17 @@ func runsOf(send []*Message) [][]int {
 // once every message of the run has its result, ok set before that when
 // the broker confirmed them all.
 type runDone struct {
-	done chan struct{}
-	ok   bool
+	done  chan struct{}
+	ok    bool
+	first int64 // the run's first row id
 }
 
-// chain is, with ordering, the runs of the batches a relay has in flight:
-// per aggregate, the run of the latest batch that holds it, which the next
-// batch's run of that aggregate must wait for (chained runs: the store may
-// hand out rows that follow rows this relay holds, see
-// ClaimParams.Chain). Only the claim loop uses it.
+// chain is, with ordering, the runs of the batches a relay has in flight,
+// by aggregate, so that a later batch's run can wait for the earlier ones
+// (chained runs: the store may hand out rows that follow rows this relay
+// holds, see ClaimParams.Chain). Only the claim loop uses it.
 type chain struct {
-	last    map[aggregateKey]*runDone
+	runs    map[aggregateKey][]*runDone
 	batches map[*batch]struct{}
 }
 
@@ -94,23 +95,34 @@ func (c *chain) ids() []int64 {
 	return ids
 }
 
-// add records b, just claimed, before it is published: each of its runs
-// waits for the run of its aggregate in the batch added before it.
+// add records b, just claimed with the ids of the batches in flight in
+// Chain, before it is published. Every row of an aggregate that lies before
+// b's run of it and was pending when b was claimed is a row of Chain (the
+// claim keeps a prefix, and a row outside both ends it), so it belongs to
+// the run of an earlier batch in flight that starts before b's run. b's run
+// waits for all of those. A run of an earlier batch that starts at or after
+// b's run is not waited for: b took its rows again, given back (or lost
+// with its lease), and that batch publishes no more of them; waiting for it
+// would hold b back whenever it failed, and so every batch that takes the
+// rows after it.
 func (c *chain) add(b *batch) {
-	if c.last == nil {
-		c.last, c.batches = map[aggregateKey]*runDone{}, map[*batch]struct{}{}
+	if c.runs == nil {
+		c.runs, c.batches = map[aggregateKey][]*runDone{}, map[*batch]struct{}{}
 	}
-	b.runs, b.after = map[aggregateKey]*runDone{}, map[aggregateKey]*runDone{}
-	for _, m := range b.send {
+	b.runs, b.after = map[aggregateKey]*runDone{}, map[aggregateKey][]*runDone{}
+	for _, m := range b.send { // in id order: the first row of each run comes first
 		k := keyOf(m)
 		if _, ok := b.runs[k]; ok {
 			continue
 		}
-		if prev := c.last[k]; prev != nil {
-			b.after[k] = prev
+		for _, prev := range c.runs[k] {
+			if prev.first < m.RowID {
+				b.after[k] = append(b.after[k], prev)
+			}
 		}
-		rd := &runDone{done: make(chan struct{})}
-		b.runs[k], c.last[k] = rd, rd
+		rd := &runDone{done: make(chan struct{}), first: m.RowID}
+		b.runs[k] = rd
+		c.runs[k] = append(c.runs[k], rd)
 	}
 	c.batches[b] = struct{}{}
 }
@@ -122,8 +134,9 @@ func (c *chain) remove(b *batch) {
 	}
 	delete(c.batches, b)
 	for k, rd := range b.runs {
-		if c.last[k] == rd {
-			delete(c.last, k)
+		c.runs[k] = slices.DeleteFunc(c.runs[k], func(x *runDone) bool { return x == rd })
+		if len(c.runs[k]) == 0 {
+			delete(c.runs, k)
 		}
 	}
 }
@@ -177,14 +190,11 @@ func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
 				stopped[j] = true
 				continue
 			}
-			if prev := b.after[keyOf(m)]; prev != nil && next[j] == 0 {
-				select {
-				case <-prev.done:
-					if !prev.ok {
-						stopped[j] = true
-						continue
-					}
-				default:
+			if next[j] == 0 {
+				if prev, failed := pendingRun(b.after[keyOf(m)]); failed {
+					stopped[j] = true
+					continue
+				} else if prev != nil {
 					if wait == nil {
 						wait = prev
 					}
@@ -212,6 +222,24 @@ func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
 			stopped[j] = stopped[j] || errs[w] != nil
 		}
 	}
+}
+
+// pendingRun returns the first of runs that is not done yet, or failed
+// when one of those done did not go through.
+func pendingRun(runs []*runDone) (pending *runDone, failed bool) {
+	for _, rd := range runs {
+		select {
+		case <-rd.done:
+			if !rd.ok {
+				return nil, true
+			}
+		default:
+			if pending == nil {
+				pending = rd
+			}
+		}
+	}
+	return pending, false
 }
 
 // waitRun waits until rd is done, and reports false when ctx or bctx ended
