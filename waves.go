@@ -97,26 +97,31 @@ func (c *chain) ids() []int64 {
 
 // add records b, just claimed with the ids of the batches in flight in
 // Chain, before it is published. Every row of an aggregate that lies before
-// b's run of it and was pending when b was claimed is a row of Chain (the
-// claim keeps a prefix, and a row outside both ends it), so it belongs to
-// the run of an earlier batch in flight that starts before b's run. b's run
-// waits for all of those. A run of an earlier batch that starts at or after
-// b's run is not waited for: b took its rows again, given back (or lost
-// with its lease), and that batch publishes no more of them; waiting for it
-// would hold b back whenever it failed, and so every batch that takes the
-// rows after it.
+// a row of b's run and was pending when b was claimed is in b or in Chain
+// (the claim's rule), so it belongs to b's run or to the run of an earlier
+// batch in flight that starts before b's run ends. b's run waits for all of
+// those before its first message: then every such row was confirmed before
+// any row after it goes out, even when the run has rows of Chain in its
+// middle (a claim in two parts can return one, see pgstore's claim cursor).
+// A run that re-takes rows an earlier batch gave back waits for that batch
+// too, and is given back if it failed, until the earlier batch is settled
+// and leaves the chain.
 func (c *chain) add(b *batch) {
 	if c.runs == nil {
 		c.runs, c.batches = map[aggregateKey][]*runDone{}, map[*batch]struct{}{}
 	}
 	b.runs, b.after = map[aggregateKey]*runDone{}, map[aggregateKey][]*runDone{}
-	for _, m := range b.send { // in id order: the first row of each run comes first
+	last := map[aggregateKey]int64{}
+	for _, m := range b.send { // in id order
+		last[keyOf(m)] = m.RowID
+	}
+	for _, m := range b.send {
 		k := keyOf(m)
 		if _, ok := b.runs[k]; ok {
 			continue
 		}
 		for _, prev := range c.runs[k] {
-			if prev.first < m.RowID {
+			if prev.first < last[k] {
 				b.after[k] = append(b.after[k], prev)
 			}
 		}

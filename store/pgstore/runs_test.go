@@ -63,3 +63,4 @@ func TestRunsClaimChains(t *testing.T) {
 		})
 	}
 }
+
