@@ -24,6 +24,12 @@ import (
 // so a claim can take the rows that follow them (chained runs; the relay
 // publishes those only after it got the earlier ones confirmed).
 //
+// A run is at most a quarter of the claim's limit (at least one row): an
+// aggregate with a deep backlog at the front would otherwise fill every
+// claim alone, and the relay would publish it one broker round trip per
+// message while the aggregates behind it wait; capped, the claim comes back
+// short and the heads claim below fills it with the others.
+//
 // Runs are taken from the first due rows, so an aggregate blocked at the
 // front of the backlog (a row in backoff, a dead row, rows another relay
 // leases) could fill the candidates and leave the claim short while other
@@ -66,14 +72,16 @@ func buildRunsQueries(table string, q *queries, headIndex bool, async string) [2
 		ORDER BY h.aggregate_type%[5]s, h.aggregate_id%[5]s, h.id) AS p
 ), run AS (
 	SELECT p.id, c.id IS NOT NULL AS mine,
-		bool_and(c.id IS NOT NULL OR p.id = ANY ($5::bigint[])) OVER (PARTITION BY p.aggregate_type, p.aggregate_id ORDER BY p.id) AS ok
+		bool_and(c.id IS NOT NULL OR p.id = ANY ($5::bigint[])) OVER w AS ok,
+		count(c.id) OVER w AS n
 	FROM pend AS p LEFT JOIN cand AS c ON c.id = p.id
+	WINDOW w AS (PARTITION BY p.aggregate_type, p.aggregate_id ORDER BY p.id)
 ), u AS (
 	UPDATE %[1]s AS o
 	SET retry_count = %[3]s,
 		next_retry_at = now() + $2::bigint * interval '1 microsecond',
 		updated_at = now()
-	WHERE o.id = ANY (ARRAY(SELECT id FROM run WHERE ok AND mine
+	WHERE o.id = ANY (ARRAY(SELECT id FROM run WHERE ok AND mine AND n <= greatest($1 / 4, 1)
 		UNION ALL SELECT id FROM cand WHERE aggregate_type IS NULL OR aggregate_id IS NULL))
 	RETURNING %[4]s
 )

@@ -50,17 +50,35 @@ func TestRunsClaimChains(t *testing.T) {
 				}
 				return got, c.Messages
 			}
-			got, first := claim(2)
-			require.Equal(t, []string{"a#0", "a#1"}, got, "a run of two")
-			got, _ = claim(2)
+			got, first := claim(8)
+			require.Equal(t, []string{"a#0", "a#1"}, got, "a run of two: a quarter of the limit")
+			got, _ = claim(8)
 			require.Empty(t, got, "a#0 and a#1 are leased: without them in Chain nothing follows")
-			got, second := claim(2, first[1])
+			got, second := claim(8, first[1])
 			require.Empty(t, got, "a#0 is leased and not in Chain: it ends the run")
-			got, second = claim(2, first...)
+			got, second = claim(8, first...)
 			require.Equal(t, []string{"a#2", "a#3"}, got, "chained after a#0 and a#1")
-			got, _ = claim(10, append(first, second...)...)
+			got, _ = claim(8, append(first, second...)...)
 			require.Equal(t, []string{"a#4", "a#5"}, got, "chained after both batches")
 		})
 	}
 }
 
+// TestRunsClaimLeavesRoomForOthers writes a deep backlog of one aggregate
+// ahead of another's: a run is at most a quarter of the limit, and the heads
+// claim fills the rest, so the aggregate behind is not held up until the
+// first one drains.
+func TestRunsClaimLeavesRoomForOthers(t *testing.T) {
+	t.Parallel()
+	f := newOrderedFixture(t)
+	f.store = newStore(t, f.pool)
+	f.write(t, "hot", 20)
+	f.write(t, "b", 2)
+	c, err := f.store.Claim(t.Context(), outbox.ClaimParams{Limit: 8, Lease: time.Hour, Ordered: true, BlockOnDead: true})
+	require.NoError(t, err)
+	var got []string
+	for _, m := range c.Messages {
+		got = append(got, fmt.Sprintf("%s#%s", m.AggregateID, m.Payload))
+	}
+	require.Equal(t, []string{"hot#0", "hot#1", "b#0"}, got)
+}
