@@ -256,11 +256,18 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 		default:
 		}
 		limit := p.size.batch
-		b, err := r.claim(ctx, limit, p.chain.ids())
-		if err != nil {
-			if ctx.Err() != nil {
-				return
+		// The claim runs in bctx: a stop does not cut it short, where the
+		// rows it leased would wait out their lease (with ordering, and
+		// their aggregates' later rows with them); a batch claimed while
+		// the relay began to stop is given back at once.
+		b, err := r.claim(ctx, bctx, limit, p.chain.ids())
+		if ctx.Err() != nil {
+			if b != nil {
+				r.giveBack(ctx, bctx, b)
 			}
+			return
+		}
+		if err != nil {
 			p.size.reset()
 			p.storeFailed(ctx, err)
 			continue
@@ -464,7 +471,7 @@ func (r *Relay) Step(ctx context.Context) (BatchEvent, error) {
 // the destination unavailable, and a store error that cut the cycle short.
 // The claim runs in ctx, the publish and settle in bctx (see batchContext).
 func (r *Relay) step(ctx, bctx context.Context, limit int) (ev BatchEvent, unavailable error, err error) {
-	b, err := r.claim(ctx, limit, nil)
+	b, err := r.claim(ctx, ctx, limit, nil)
 	if err != nil {
 		return BatchEvent{Err: err}, nil, err
 	}
@@ -493,12 +500,13 @@ type batch struct {
 	after map[aggregateKey][]*runDone
 }
 
-// claim claims up to limit rows and sorts them into those to send and those
-// to kill. It returns a nil batch when nothing was due, and reports a failed
-// claim to the batch hooks.
-func (r *Relay) claim(ctx context.Context, limit int, chain []int64) (*batch, error) {
+// claim claims up to limit rows, with the store call in context in, and
+// sorts them into those to send and those to kill. It returns a nil batch
+// when nothing was due, and reports a failed claim to the batch hooks,
+// unless ctx (Run's) ended: a claim cut short by a stop is no failure.
+func (r *Relay) claim(ctx, in context.Context, limit int, chain []int64) (*batch, error) {
 	start := time.Now()
-	cctx, cancel := r.storeContext(ctx)
+	cctx, cancel := r.storeContext(in)
 	defer cancel()
 	claim, err := r.store.Claim(cctx, ClaimParams{
 		Limit:       limit,
@@ -547,6 +555,16 @@ func (r *Relay) claim(ctx context.Context, limit int, chain []int64) (*batch, er
 		}
 	}
 	return b, nil
+}
+
+// giveBack settles b without publishing it: its rows are due again at
+// once, their attempts not counted (the rows to kill are killed).
+func (r *Relay) giveBack(ctx, bctx context.Context, b *batch) {
+	b.errs = make([]error, len(b.send))
+	for i := range b.errs {
+		b.errs[i] = errHeldBack
+	}
+	_, _, _ = r.settle(ctx, bctx, b) // settle logged and reported it
 }
 
 func (b *batch) kill(m *Message, reason error) {
