@@ -11,6 +11,10 @@ const (
 	ResultRetry       Result = "retry"       // failed, rescheduled with backoff
 	ResultDead        Result = "dead"        // marked dead (attempts used, permanent failure, malformed)
 	ResultUnavailable Result = "unavailable" // destination down; rescheduled without counting the attempt
+	// ResultHeldBack: not published, given back without counting the
+	// attempt, because an earlier message of its aggregate in the same
+	// ordered batch failed, or the lease or a stop left no time for it.
+	ResultHeldBack Result = "held_back"
 )
 
 // MessageEvent describes one message's attempt, for [HookMessage].

@@ -199,10 +199,12 @@ type pipeline struct {
 	probe     time.Duration // the next pause while down
 	storeWait time.Duration // the next pause after a store error
 	size      *sizing       // the next claim's size, the batches allowed in flight, the waits
+	chain     chain         // with ordering: the runs of the batches in flight (waves.go)
 }
 
 // outcome is what settling a batch found.
 type outcome struct {
+	b           *batch
 	ev          BatchEvent
 	unavailable error // the whole batch met a destination that is down
 	err         error // a store error that cut the cycle short
@@ -254,12 +256,19 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 		default:
 		}
 		seen := claimSeen{start: time.Now(), limit: p.size.batch, waited: waited}
-		b, err := r.claim(ctx, seen.limit)
+		// The claim runs in bctx: a stop does not cut it short, where the
+		// rows it leased would wait out their lease (with ordering, and
+		// their aggregates' later rows with them); a batch claimed while
+		// the relay began to stop is given back at once.
+		b, err := r.claim(ctx, bctx, seen.limit, p.chain.ids())
 		seen.took = time.Since(seen.start)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
+		if ctx.Err() != nil {
+			if b != nil {
+				r.giveBack(ctx, bctx, b)
 			}
+			return
+		}
+		if err != nil {
 			p.size.reset()
 			p.storeFailed(ctx, err)
 			continue
@@ -321,12 +330,15 @@ func (p *pipeline) idle(ctx context.Context, d time.Duration) {
 // up the acknowledgement of later ones.
 func (p *pipeline) dispatch(ctx, bctx context.Context, b *batch) {
 	p.inFlight++
+	if p.r.cfg.ordered {
+		p.chain.add(b)
+	}
 	p.wg.Go(func() {
 		if len(b.send) > 0 {
-			p.r.publish(bctx, b)
+			p.r.publish(ctx, bctx, b)
 		}
 		ev, unavailable, err := p.r.settle(ctx, bctx, b)
-		p.outcomes <- outcome{ev: ev, unavailable: unavailable, err: err} // never blocks: room for maxInFlight
+		p.outcomes <- outcome{b: b, ev: ev, unavailable: unavailable, err: err} // never blocks: room for maxInFlight
 	})
 }
 
@@ -356,6 +368,7 @@ func (p *pipeline) collect(ctx context.Context, block bool) bool {
 
 // apply updates the loop's state with a settled batch's outcome.
 func (p *pipeline) apply(ctx context.Context, o outcome) {
+	p.chain.remove(o.b)
 	switch {
 	case o.err != nil:
 		p.storeFailed(ctx, o.err)
@@ -459,7 +472,7 @@ func (r *Relay) Step(ctx context.Context) (BatchEvent, error) {
 // the destination unavailable, and a store error that cut the cycle short.
 // The claim runs in ctx, the publish and settle in bctx (see batchContext).
 func (r *Relay) step(ctx, bctx context.Context, limit int) (ev BatchEvent, unavailable error, err error) {
-	b, err := r.claim(ctx, limit)
+	b, err := r.claim(ctx, ctx, limit, nil)
 	if err != nil {
 		return BatchEvent{Err: err}, nil, err
 	}
@@ -467,7 +480,7 @@ func (r *Relay) step(ctx, bctx context.Context, limit int) (ev BatchEvent, unava
 		return ev, nil, nil
 	}
 	if len(b.send) > 0 {
-		r.publish(bctx, b)
+		r.publish(ctx, bctx, b)
 	}
 	return r.settle(ctx, bctx, b)
 }
@@ -482,20 +495,26 @@ type batch struct {
 	deadErrs []error
 	errs     []error   // the publisher's results for send
 	held     HeldClaim // the store's open transaction holding the rows, or nil
+	// With ordering (waves.go): each aggregate's run in this batch, and the
+	// runs of earlier batches in flight that it must wait for.
+	runs  map[aggregateKey]*runDone
+	after map[aggregateKey][]*runDone
 }
 
-// claim claims up to limit rows and sorts them into those to send and those
-// to kill. It returns a nil batch when nothing was due, and reports a failed
-// claim to the batch hooks.
-func (r *Relay) claim(ctx context.Context, limit int) (*batch, error) {
+// claim claims up to limit rows, with the store call in context in, and
+// sorts them into those to send and those to kill. It returns a nil batch
+// when nothing was due, and reports a failed claim to the batch hooks,
+// unless ctx (Run's) ended: a claim cut short by a stop is no failure.
+func (r *Relay) claim(ctx, in context.Context, limit int, chain []int64) (*batch, error) {
 	start := time.Now()
-	cctx, cancel := r.storeContext(ctx)
+	cctx, cancel := r.storeContext(in)
 	defer cancel()
 	claim, err := r.store.Claim(cctx, ClaimParams{
 		Limit:       limit,
 		Lease:       r.cfg.lease,
 		Ordered:     r.cfg.ordered,
 		BlockOnDead: r.cfg.ordered && r.cfg.deadPolicy == DeadBlocks,
+		Chain:       chain,
 		Delete:      r.cfg.deleteSent,
 		MaxPayload:  r.cfg.maxPayload,
 	})
@@ -539,21 +558,32 @@ func (r *Relay) claim(ctx context.Context, limit int) (*batch, error) {
 	return b, nil
 }
 
+// giveBack settles b without publishing it: its rows are due again at
+// once, their attempts not counted (the rows to kill are killed).
+func (r *Relay) giveBack(ctx, bctx context.Context, b *batch) {
+	b.errs = make([]error, len(b.send))
+	for i := range b.errs {
+		b.errs[i] = errHeldBack
+	}
+	_, _, _ = r.settle(ctx, bctx, b) // settle logged and reported it
+}
+
 func (b *batch) kill(m *Message, reason error) {
 	b.dead = append(b.dead, Dead{Message: m, Reason: reason.Error()})
 	b.deadErrs = append(b.deadErrs, reason)
 }
 
-// publish sends b's messages within the publish timeout and sets b.errs.
-// bctx is the batch's context (see batchContext), which a stop does not cancel.
-func (r *Relay) publish(bctx context.Context, b *batch) {
-	pctx, cancel := context.WithTimeout(bctx, r.cfg.publishTimeout)
-	defer cancel()
-	errs := r.pub.Publish(pctx, b.send)
-	if len(errs) != len(b.send) {
-		errs = ErrorsFor(len(b.send), fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(b.send)))
+// publish sends b's messages within the publish timeout and sets b.errs:
+// in one call, or, when an ordered batch holds several messages of an
+// aggregate, in waves (waves.go). bctx is the batch's context (see
+// batchContext), which a stop does not cancel; ctx is Run's, which a stop
+// does: it stops the waves.
+func (r *Relay) publish(ctx, bctx context.Context, b *batch) {
+	if r.cfg.ordered {
+		r.publishWaves(ctx, bctx, b)
+		return
 	}
-	b.errs = errs
+	b.errs = r.publishOnce(bctx, b.send)
 }
 
 // settle acknowledges, reschedules and kills what became of a published
@@ -568,48 +598,65 @@ func (r *Relay) publish(bctx context.Context, b *batch) {
 func (r *Relay) settle(ctx, bctx context.Context, b *batch) (ev BatchEvent, unavailable error, err error) {
 	ev = b.ev
 	errs := b.errs
-	down := r.destinationDown(ctx, errs)
-	if down != nil && wholeBatchUnavailable(errs) != nil {
+	published := make([]error, 0, len(errs)) // the results of the messages that went to the broker
+	for _, err := range errs {
+		if err != errHeldBack {
+			published = append(published, err)
+		}
+	}
+	down := r.destinationDown(ctx, published)
+	if down != nil && wholeBatchUnavailable(published) != nil {
 		unavailable = down // nothing got through: pause the relay
 	}
 
 	now := time.Now()
-	dead, deadErrs := b.dead, b.deadErrs
-	var sent []*Message
-	var retries, refunds []Retry
-	var retryErrs []error
+	f := fates{dead: b.dead, deadErrs: b.deadErrs}
 	for i, m := range b.send {
 		switch err := errs[i]; {
 		case err == nil:
-			sent = append(sent, m)
+			f.sent = append(f.sent, m)
+		case err == errHeldBack: // never published: due again now, blocked behind its aggregate's failed row
+			f.heldBack = append(f.heldBack, Retry{Message: m, At: now, Err: err.Error()})
 		case down != nil && unreachable(err):
-			refunds = append(refunds, Retry{Message: m, At: now.Add(jitter(r.cfg.probeInterval)), Err: err.Error()})
+			f.refunds = append(f.refunds, Retry{Message: m, At: now.Add(jitter(r.cfg.probeInterval)), Err: err.Error()})
 		case IsPermanent(err):
-			dead = append(dead, Dead{Message: m, Reason: err.Error()})
-			deadErrs = append(deadErrs, err)
+			f.dead = append(f.dead, Dead{Message: m, Reason: err.Error()})
+			f.deadErrs = append(f.deadErrs, err)
 		case m.Attempt >= r.cfg.maxAttempts:
 			err = fmt.Errorf("gave up after %d attempts: %w", m.Attempt, err)
-			dead = append(dead, Dead{Message: m, Reason: err.Error()})
-			deadErrs = append(deadErrs, err)
+			f.dead = append(f.dead, Dead{Message: m, Reason: err.Error()})
+			f.deadErrs = append(f.deadErrs, err)
 		default:
-			retries = append(retries, Retry{Message: m, At: now.Add(r.backoff(m.Attempt)), Err: err.Error()})
-			retryErrs = append(retryErrs, err)
+			f.retries = append(f.retries, Retry{Message: m, At: now.Add(r.backoff(m.Attempt)), Err: err.Error()})
+			f.retryErrs = append(f.retryErrs, err)
 		}
 	}
 
 	sctx, cancel := r.storeContext(bctx)
 	defer cancel()
+	refunds := append(f.refunds[:len(f.refunds):len(f.refunds)], f.heldBack...)
 	if b.held != nil {
-		err = r.settleHeld(sctx, b.held, &ev, sent, retries, refunds, dead)
+		err = r.settleHeld(sctx, b.held, &ev, f.sent, f.retries, refunds, f.dead)
 	} else {
-		err = r.settleEach(sctx, &ev, sent, retries, refunds, dead)
+		err = r.settleEach(sctx, &ev, f.sent, f.retries, refunds, f.dead)
 	}
 	err = r.storeErr(sctx, err)
 	ev.Err = err
 
-	r.report(bctx, now, sent, retries, retryErrs, refunds, dead, deadErrs, down)
+	r.report(bctx, now, &f, down)
 	r.batchDone(ev, b.start)
 	return ev, unavailable, err
+}
+
+// fates is what became of the messages of a batch.
+type fates struct {
+	sent      []*Message
+	retries   []Retry // failed, to publish again after a backoff
+	retryErrs []error // the error of each of retries
+	refunds   []Retry // met a destination that is down: the attempt given back
+	heldBack  []Retry // not published (waves.go): the attempt given back
+	dead      []Dead
+	deadErrs  []error // the error of each of dead
 }
 
 // settleHeld settles a batch whose rows the store holds in an open
@@ -743,32 +790,34 @@ func (r *Relay) ping(ctx context.Context, p Pinger) error {
 
 // report logs and hooks the fate of every message of a batch.
 // decided is when the batch's fate was decided, which the retry delays count from.
-func (r *Relay) report(ctx context.Context, decided time.Time, sent []*Message, retries []Retry, retryErrs []error,
-	refunds []Retry, dead []Dead, deadErrs []error, unavailable error) {
+func (r *Relay) report(ctx context.Context, decided time.Time, f *fates, unavailable error) {
 	now := time.Now()
-	for _, m := range sent {
+	for _, m := range f.sent {
 		// Ack reports a count only, so a fenced or deleted row (BatchEvent.Fenced,
 		// BatchEvent.Gone) is reported sent too: the broker did confirm it.
 		r.message(MessageEvent{Message: m, Result: ResultSent, Latency: now.Sub(m.CreatedAt)})
 	}
-	for i, rt := range retries {
+	for i, rt := range f.retries {
 		m := rt.Message
 		r.log.LogAttrs(ctx, slog.LevelWarn, "publish failed, will retry",
 			slog.String(attrMessageID, m.MessageID), slog.String(attrEventType, m.EventType),
 			slog.Int(attrAttempt, m.Attempt), slog.Duration(attrDelay, rt.At.Sub(decided)),
 			slog.String(attrError, rt.Err))
-		r.message(MessageEvent{Message: m, Result: ResultRetry, Err: retryErrs[i]})
+		r.message(MessageEvent{Message: m, Result: ResultRetry, Err: f.retryErrs[i]})
 	}
-	for _, rt := range refunds {
+	for _, rt := range f.refunds {
 		r.message(MessageEvent{Message: rt.Message, Result: ResultUnavailable, Err: unavailable})
 	}
-	for i, d := range dead {
+	for _, rt := range f.heldBack {
+		r.message(MessageEvent{Message: rt.Message, Result: ResultHeldBack, Err: errHeldBack})
+	}
+	for i, d := range f.dead {
 		m := d.Message
 		r.log.LogAttrs(ctx, slog.LevelError, "message dead", slog.Int64(attrRowID, m.RowID),
 			slog.String(attrMessageID, m.MessageID), slog.String(attrAggregateID, m.AggregateID),
 			slog.String(attrEventType, m.EventType), slog.Int(attrAttempt, m.Attempt),
 			slog.String(attrError, d.Reason))
-		r.message(MessageEvent{Message: m, Result: ResultDead, Err: deadErrs[i]})
+		r.message(MessageEvent{Message: m, Result: ResultDead, Err: f.deadErrs[i]})
 	}
 }
 

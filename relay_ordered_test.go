@@ -18,11 +18,15 @@ import (
 // headStore is an in-memory outbox.Store for the relay's timer logic, run
 // inside a synctest bubble. An ordered claim takes only heads (due rows none
 // of whose earlier rows of the aggregate is pending or leased), as the real
-// stores do; rescheduled rows come back when due. It records when each claim
-// happened and how many rows it returned.
+// stores did before runs; with runs set, it takes runs (a head and the rows
+// that follow it in its aggregate, up to the first one it cannot take), as
+// ClaimParams.Ordered allows, and counts the rows of ClaimParams.Chain as
+// taken. Rescheduled rows come back when due. It records
+// when each claim happened and how many rows it returned.
 type headStore struct {
 	mu     sync.Mutex
 	start  time.Time
+	runs   bool
 	rows   []*headRow // in id order
 	claims []claimAt
 }
@@ -30,6 +34,7 @@ type headStore struct {
 type headRow struct {
 	m        *outbox.Message
 	sent     bool
+	dead     bool
 	leased   bool
 	notAfter time.Time // not claimable before this (a reschedule)
 }
@@ -60,19 +65,28 @@ func (s *headStore) Claim(_ context.Context, p outbox.ClaimParams) (*outbox.Clai
 	defer s.mu.Unlock()
 	now := time.Now()
 	blocked := map[string]bool{} // aggregates with an earlier unsent row
+	chained := map[int64]bool{}  // rows the relay holds in earlier batches
+	for _, id := range p.Chain {
+		chained[id] = true
+	}
 	c := &outbox.Claim{}
 	for _, r := range s.rows {
-		if r.sent {
+		agg := r.m.AggregateID
+		if r.sent || r.dead {
+			blocked[agg] = blocked[agg] || (r.dead && p.BlockOnDead)
 			continue
 		}
-		agg := r.m.AggregateID
-		if !blocked[agg] && !r.leased && !now.Before(r.notAfter) && len(c.Messages) < p.Limit {
-			r.leased = true
+		if s.runs && chained[r.m.RowID] {
+			continue // as if it were in this claim (ClaimParams.Chain), leased or not, as pgstore does
+		}
+		took := false
+		if !blocked[agg] && !r.leased && !r.dead && !now.Before(r.notAfter) && len(c.Messages) < p.Limit {
+			r.leased, took = true, true
 			r.m.Attempt++
 			cp := *r.m
 			c.Messages = append(c.Messages, &cp)
 		}
-		blocked[agg] = p.Ordered
+		blocked[agg] = blocked[agg] || (p.Ordered && !(took && s.runs))
 	}
 	s.claims = append(s.claims, claimAt{at: now.Sub(s.start), rows: len(c.Messages)})
 	return c, nil
@@ -95,11 +109,22 @@ func (s *headStore) Reschedule(_ context.Context, p outbox.RescheduleParams) err
 	for _, rt := range p.Retries {
 		r := s.row(rt.Message.RowID)
 		r.leased, r.notAfter = false, rt.At
+		if p.Refund {
+			r.m.Attempt--
+		}
 	}
 	return nil
 }
 
-func (s *headStore) Kill(context.Context, outbox.KillParams) error { return errors.New("not expected") }
+func (s *headStore) Kill(_ context.Context, p outbox.KillParams) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range p.Dead {
+		r := s.row(d.Message.RowID)
+		r.leased, r.dead = false, true
+	}
+	return nil
+}
 func (s *headStore) Stats(context.Context) (*outbox.Stats, error) {
 	return &outbox.Stats{}, nil
 }

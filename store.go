@@ -47,13 +47,30 @@ type ClaimParams struct {
 	Limit int
 	// Lease is how long the claimed rows stay reserved for this relay.
 	Lease time.Duration
-	// Ordered claims only rows that are the oldest pending (or dead, when
-	// BlockOnDead) row of their aggregate, so that message k+1 of an aggregate
-	// is never handed out while message k is unacknowledged.
+	// Ordered claims, for each aggregate, at most a run: a prefix of the
+	// aggregate's pending rows in id order, with no gaps, that starts at its
+	// oldest pending row (none when its oldest row is dead and BlockOnDead).
+	// A row is claimed only when every earlier pending (or dead, when
+	// BlockOnDead) row of its aggregate is in this same claim: a row leased
+	// by another claim, locked by a concurrent one, or waiting out a
+	// backoff ends its aggregate's run. So message k+1 of an aggregate is
+	// never handed out while message k is unacknowledged, unless k is in
+	// the same claim, before it (Claim.Messages are in id order); the relay
+	// then publishes k+1 only after the broker confirmed k. A store may
+	// return shorter runs than it could, down to the head alone (a run of
+	// one row), which is all that older stores return.
 	Ordered bool
 	// BlockOnDead, with Ordered, makes a dead row block its aggregate's later
 	// rows until an operator retries or discards it.
 	BlockOnDead bool
+	// Chain, with Ordered, are the ids of rows this relay claimed earlier
+	// and has not settled (its batches in flight). A store may count them
+	// as part of this claim for the rule of Ordered, and so return the rows
+	// that follow them (chained runs); the relay publishes such a row only
+	// after the broker confirmed every row of its aggregate in the earlier
+	// batch, and gives it back when one of those failed. A store may ignore
+	// Chain.
+	Chain []int64
 	// Delete says whether the relay deletes acknowledged rows (true) or keeps
 	// them as sent. Only a store that settles batches in the claim's own
 	// transaction (see [Claim.Held]) needs to know it at claim time.

@@ -268,15 +268,15 @@ func (m *Metrics) OnBatch(ev outbox.BatchEvent) {
 }
 
 // OnMessage records one message's result; part of outbox.HookMessage. A
-// message whose destination was unavailable had its attempt refunded, so its
-// attempt number is not observed.
+// message whose destination was unavailable, or that was held back, had its
+// attempt refunded, so its attempt number is not observed.
 func (m *Metrics) OnMessage(ev outbox.MessageEvent) {
 	msg := ev.Message
 	if msg == nil {
 		msg = &outbox.Message{}
 	}
 	m.publishedCounter(ev.Result, msg).Inc()
-	if ev.Result != outbox.ResultUnavailable && msg.Attempt > 0 {
+	if ev.Result != outbox.ResultUnavailable && ev.Result != outbox.ResultHeldBack && msg.Attempt > 0 {
 		m.attempt.Observe(float64(msg.Attempt))
 	}
 	if ev.Result == outbox.ResultSent && !msg.CreatedAt.IsZero() {

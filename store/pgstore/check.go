@@ -104,6 +104,12 @@ func (s *Store) prepareRelayStatements(ctx context.Context, cols map[string]stri
 	for i, oq := range buildOrderedQueries(s.ident, q, s.asyncFilter()) {
 		stmts = append(stmts, struct{ name, sql string }{fmt.Sprintf("ordered claim without the head index (%d)", i), oq.byStatus})
 	}
+	// Runs claims read the aggregates' rows through the head index, or
+	// through the contract's (aggregate_type, aggregate_id) index without it.
+	for i, rq := range buildRunsQueries(s.ident, q, false, s.asyncFilter()) {
+		stmts = append(stmts, struct{ name, sql string }{fmt.Sprintf("runs claim (%d)", i), rq.fromCursor},
+			struct{ name, sql string }{fmt.Sprintf("runs claim without the pending index (%d)", i), rq.byStatus})
+	}
 	if q.lease != nil {
 		stmts = append(stmts, struct{ name, sql string }{"batch-lease claim", q.lease.claim[claimUnordered]})
 	}

@@ -84,16 +84,20 @@
 // 1,000-row batches; a database crash can then cost a duplicate or an
 // uncounted attempt, never a message.
 //
-// Ordered claims (outbox.WithOrdering) hand out a row only when no earlier
-// row of its aggregate (aggregate_type, aggregate_id) is pending, or dead
-// with BlockOnDead. "Earlier" is id order, and ids are assigned when a row
-// is inserted, not when its transaction commits: transactions that write
-// messages for the same aggregate should be serialized, as they usually are
-// by a lock on the aggregate's own row (SELECT ... FOR UPDATE).
-// An ordered claim walks a bounded window of the backlog and, when that
-// yields too few heads on a deep backlog of few aggregates, finds the rest
-// with a skip scan of the head index, one probe per aggregate, round robin;
-// see docs/ordering.md.
+// Ordered claims (outbox.WithOrdering) hand out a row only when every
+// earlier row of its aggregate (aggregate_type, aggregate_id) that is
+// pending, or dead with BlockOnDead, is in the same claim: each aggregate
+// gives a run, a prefix of its pending rows, which the relay publishes in
+// waves (message k+1 only after the broker confirmed k). "Earlier" is id
+// order, and ids are assigned when a row is inserted, not when its
+// transaction commits: transactions that write messages for the same
+// aggregate should be serialized, as they usually are by a lock on the
+// aggregate's own row (SELECT ... FOR UPDATE). An ordered claim locks the
+// due rows from the claim cursor as an unordered one does and keeps the
+// runs among them, in one statement; when that comes back short with more
+// rows beyond, it finds heads further on with a bounded walk and a skip
+// scan of the head index, one probe per aggregate, round robin. With
+// [WithBatchLease] ordered claims take heads only. See docs/ordering.md.
 //
 // # Notifications
 //

@@ -21,3 +21,7 @@ func OrderedWalkSQL(ctx context.Context, s *Store, blockOnDead bool) (string, er
 
 // OrderedWindow is the number of rows the walk looks at for a claim of limit rows.
 var OrderedWindow = orderedWindow
+
+// WithHeadsOnlyClaims makes ordered claims take heads only, as before runs,
+// for the tests of the heads claim (ordered.go) that runs claims fall back on.
+func WithHeadsOnlyClaims() Option { return func(c *config) { c.headsOnly = true } }

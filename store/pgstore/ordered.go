@@ -80,6 +80,7 @@ type orderedQueries struct {
 type orderedState struct {
 	headIndex bool
 	q         [2]orderedQueries // by blockOnDead: 0 = dead rows do not block, 1 = they do
+	runs      [2]runsQueries    // the same for runs claims (runs.go)
 	// aggs is, by blockOnDead, how many aggregates (with a pending row, or a
 	// dead one when dead rows block) the last skip scan that went through
 	// all of them visited; 0 when unknown. Guarded by Store.mu.
@@ -231,15 +232,16 @@ func (s *Store) orderedFor(ctx context.Context, q *queries) (*orderedState, erro
 		Scan(&ok); err != nil {
 		return nil, fmt.Errorf("pgstore: claim: look for the head index: %w", err)
 	}
-	st = &orderedState{headIndex: ok, q: buildOrderedQueries(s.ident, q, s.asyncFilter())}
+	st = &orderedState{headIndex: ok, q: buildOrderedQueries(s.ident, q, s.asyncFilter()),
+		runs: buildRunsQueries(s.ident, q, ok, s.asyncFilter())}
 	s.mu.Lock()
 	s.ordered = st
 	s.mu.Unlock()
 	return st, nil
 }
 
-// claimOrdered claims heads only (see the comment at the top of this file).
-func (s *Store) claimOrdered(ctx context.Context, q *queries, p outbox.ClaimParams) (*outbox.Claim, error) {
+// claimHeads claims heads only (see the comment at the top of this file).
+func (s *Store) claimHeads(ctx context.Context, q *queries, p outbox.ClaimParams) (*outbox.Claim, error) {
 	st, err := s.orderedFor(ctx, q)
 	if err != nil {
 		return nil, err

@@ -30,6 +30,9 @@ func newOrderedFixture(t *testing.T, opts ...pgstore.Option) *orderedFixture {
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
+	// These tests are of the heads claim, which runs claims fall back on
+	// (runs_test.go has the runs claim's).
+	opts = append([]pgstore.Option{pgstore.WithHeadsOnlyClaims()}, opts...)
 	return &orderedFixture{pool: pool, store: newStore(t, pool, opts...), counter: counter}
 }
 
@@ -254,7 +257,7 @@ func TestOrderedClaimWithoutTheHeadIndex(t *testing.T) {
 	t.Parallel()
 	base, _, _ := testsvc.PostgresSchema(t)
 	exec(t, base, fmt.Sprintf(contractDDL, "team_outbox", "jsonb", "timestamptz"))
-	s, err := pgstore.New(base, pgstore.WithTable("team_outbox"))
+	s, err := pgstore.New(base, pgstore.WithTable("team_outbox"), pgstore.WithHeadsOnlyClaims())
 	require.NoError(t, err)
 	f := &orderedFixture{pool: base, store: s, counter: &statementCounter{}}
 	f.write(t, "hot", 400)

@@ -79,6 +79,7 @@ type config struct {
 	heldClaims    bool          // claims hold their rows in a transaction until settled (held.go)
 	rescanEvery   time.Duration // claimCursor's; 0: rescanEvery (tests set it)
 	listenCheck   time.Duration // Listen checks its connection after this long without a notification
+	headsOnly     bool          // ordered claims take heads only, not runs (tests of the heads claim set it)
 }
 
 // Option configures a [Store].

@@ -122,6 +122,22 @@ func (s *Store) asyncFilter() string {
 	return ""
 }
 
+// statusWindow is the start of a claim on the (status, next_retry_at)
+// index (indexes.go): the ids of a window of 4 × $1 (at least 256) due rows,
+// the rows due again (due) and then the rows never claimed (fresh). The
+// table is %[1]s.
+const statusWindow = `WITH due AS (
+	SELECT w.id FROM %[1]s AS w
+	WHERE w.status = 0 AND w.next_retry_at <= now()
+	ORDER BY w.status, w.next_retry_at
+	LIMIT greatest(4 * $1, 256)
+), fresh AS (
+	SELECT w.id FROM %[1]s AS w
+	WHERE w.status = 0 AND w.next_retry_at IS NULL
+	ORDER BY w.status, w.next_retry_at
+	LIMIT (SELECT greatest(4 * $1, 256) - count(*) FROM due)
+)`
+
 func buildQueries(table string, cols map[string]string, opt buildOptions) (*queries, error) {
 	async := ""
 	if opt.asyncCommit {
@@ -223,17 +239,7 @@ RETURNING %[2]s`, table, q.columnList, nextAttempt("o.retry_count"))
 	// then the rows never claimed, each an ordered range of the (status,
 	// next_retry_at) index, so that neither sent nor leased rows are read;
 	// the claim takes the oldest rows of the window.
-	q.claimStatus = fmt.Sprintf(`WITH due AS (
-	SELECT o.id FROM %[1]s AS o
-	WHERE o.status = 0 AND o.next_retry_at <= now()
-	ORDER BY o.status, o.next_retry_at
-	LIMIT greatest(4 * $1, 256)
-), fresh AS (
-	SELECT o.id FROM %[1]s AS o
-	WHERE o.status = 0 AND o.next_retry_at IS NULL
-	ORDER BY o.status, o.next_retry_at
-	LIMIT (SELECT greatest(4 * $1, 256) - count(*) FROM due)
-), c AS (
+	q.claimStatus = fmt.Sprintf(statusWindow+`, c AS (
 	SELECT o.id FROM %[1]s AS o
 	WHERE o.id = ANY (ARRAY(SELECT id FROM due UNION ALL SELECT id FROM fresh))
 	  AND o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())%[4]s

@@ -93,8 +93,11 @@ func (s *Store) claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	if q.held != nil && !p.Ordered {
 		return s.claimHeld(ctx, q, p)
 	}
+	if p.Ordered && s.cfg.headsOnly {
+		return s.claimHeads(ctx, q, p)
+	}
 	if p.Ordered {
-		return s.claimOrdered(ctx, q, p)
+		return s.claimRuns(ctx, q, p)
 	}
 	ix, err := s.indexesFor(ctx)
 	if err != nil {

@@ -50,6 +50,14 @@ type Harness struct {
 	// plants such a row and expects it back in Claim.Malformed. Default false.
 	InvalidJSON bool
 
+	// Runs says that the store's ordered claims return runs: several rows of
+	// an aggregate in one claim when nothing holds them back (see
+	// outbox.ClaimParams.Ordered). The suite then requires them; without it
+	// the suite accepts heads only, and checks of any ordered claim only
+	// that it is safe (no row handed out while an earlier row of its
+	// aggregate is pending outside the claim). Default false.
+	Runs bool
+
 	// Time converts a time into the value bound for a timestamp column in raw
 	// SQL (next_retry_at, created_at, updated_at). Default: the time itself.
 	Time func(time.Time) any
@@ -115,6 +123,7 @@ func Run(t *testing.T, h Harness) {
 		{"ConcurrentClaimersNeverShareARow", s.concurrentClaimers},
 		{"OrderedClaimsAggregateHeads", s.ordered},
 		{"OrderedConcurrentKeepsAggregateOrder", s.orderedConcurrent},
+		{"OrderedClaimsRuns", s.orderedRuns},
 		{"WriterRoundTrip", s.writerRoundTrip},
 		{"DuplicateMessageIDFails", s.duplicateMessageID},
 		{"MalformedRowsCanBeKilled", s.malformed},

@@ -1,0 +1,179 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/outboxkit/outbox"
+)
+
+// Ordered claims of runs (see outbox.ClaimParams.Ordered).
+//
+// A runs claim is one statement: it locks candidates as the unordered claim
+// does (the due pending rows in id order from the claim cursor, FOR UPDATE
+// SKIP LOCKED), reads, for each aggregate among them, every pending (or
+// dead, when dead rows block) row up to its last candidate in the
+// statement's snapshot, and keeps a candidate only when every one of those
+// rows before it is a candidate too: each aggregate gives a run, a prefix of
+// its pending rows. Why that is safe, with concurrent claims and
+// acknowledgements, is in docs/ordering.md ("Runs: why a claim cannot skip
+// a row"). The rows locked and not kept are released when the statement
+// commits. The rows of outbox.ClaimParams.Chain (the relay's batches in
+// flight) count as candidates for that rule without being claimed again,
+// so a claim can take the rows that follow them (chained runs; the relay
+// publishes those only after it got the earlier ones confirmed).
+//
+// A run is at most a quarter of the claim's limit (at least one row): an
+// aggregate with a deep backlog at the front would otherwise fill every
+// claim alone, and the relay would publish it one broker round trip per
+// message while the aggregates behind it wait; capped, the claim comes back
+// short and the heads claim below fills it with the others.
+//
+// Runs are taken from the first due rows, so an aggregate blocked at the
+// front of the backlog (a row in backoff, a dead row, rows another relay
+// leases) could fill the candidates and leave the claim short while other
+// aggregates have heads further on. So when a runs claim comes back short
+// and its candidates filled their limit, the claim goes on with the heads
+// claim (ordered.go), which finds heads anywhere, aggregate by aggregate.
+// Its rows are heads of aggregates the runs left alone: the runs' rows are
+// leased when it runs, so it cannot take a row behind them.
+
+// runsQueries are the runs claim statements, for one dead policy: $1
+// limit, $2 lease µs, $3 and $4 the ids (lo, hi] of the claim cursor, $5
+// the ids of ClaimParams.Chain (rows of the relay's batches in flight,
+// which count as candidates for the prefix rule, though they are not
+// claimed again), $6 the payload limit. Each returns the claimed columns plus "full" (the
+// candidates filled their limit: more due rows may lie beyond them).
+type runsQueries struct {
+	fromCursor string // on Migrate's pending index, from the claim cursor
+	byStatus   string // without it: from the (status, next_retry_at) index (indexes.go)
+}
+
+// buildRunsQueries builds the runs statements; headIndex says whether the
+// table has the head index (the aggregates' pending rows are then read
+// from it, in its "C" collation); async is the filter that turns off
+// synchronous commit (WithAsyncCommit), or "".
+func buildRunsQueries(table string, q *queries, headIndex bool, async string) [2]runsQueries {
+	var out [2]runsQueries
+	collate := ""
+	if headIndex {
+		collate = ` COLLATE "C"`
+	}
+	for i, blocking := range []string{"0", "0, 2"} {
+		// The rest after the candidates: the same for both.
+		rest := fmt.Sprintf(`, span AS (
+	SELECT aggregate_type, aggregate_id, max(id) AS hi FROM cand GROUP BY aggregate_type, aggregate_id
+), pend AS (
+	SELECT s.aggregate_type, s.aggregate_id, p.id FROM span AS s, LATERAL (
+		SELECT h.id FROM %[1]s AS h
+		WHERE h.aggregate_type%[5]s = s.aggregate_type AND h.aggregate_id%[5]s = s.aggregate_id
+		  AND h.status IN (%[2]s) AND h.id <= s.hi
+		ORDER BY h.aggregate_type%[5]s, h.aggregate_id%[5]s, h.id) AS p
+), run AS (
+	SELECT p.id, c.id IS NOT NULL AS mine,
+		bool_and(c.id IS NOT NULL OR p.id = ANY ($5::bigint[])) OVER w AS ok,
+		count(c.id) OVER w AS n
+	FROM pend AS p LEFT JOIN cand AS c ON c.id = p.id
+	WINDOW w AS (PARTITION BY p.aggregate_type, p.aggregate_id ORDER BY p.id)
+), u AS (
+	UPDATE %[1]s AS o
+	SET retry_count = %[3]s,
+		next_retry_at = now() + $2::bigint * interval '1 microsecond',
+		updated_at = now()
+	WHERE o.id = ANY (ARRAY(SELECT id FROM run WHERE ok AND mine AND n <= greatest($1 / 4, 1)
+		UNION ALL SELECT id FROM cand WHERE aggregate_type IS NULL OR aggregate_id IS NULL))
+	RETURNING %[4]s
+)
+SELECT u.*, f.full FROM (SELECT count(*) >= $1 AS full FROM cand) AS f LEFT JOIN u ON true`,
+			table, blocking, nextAttempt("o.retry_count"), q.columnList, collate)
+		// ANY (ARRAY(...)) keeps the planner off a hash join of the whole
+		// table with the kept ids; a row with no aggregate (malformed) is
+		// its own run, so that it is claimed and killed.
+		out[i].fromCursor = payloadParam(fmt.Sprintf(`WITH cand AS (
+	SELECT o.id, o.aggregate_type, o.aggregate_id FROM %[1]s AS o
+	WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
+	  AND o.id > $3 AND o.id <= $4%[2]s
+	ORDER BY o.id
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)`, table, async)+rest, 6)
+		// Without the pending index the candidates come, as in the
+		// unordered claim (claimStatus), from a window of the (status,
+		// next_retry_at) index: the rows due again, then the rows never
+		// claimed; they need not be the first due rows in id order, which
+		// the prefix rule does not need.
+		out[i].byStatus = payloadParam(fmt.Sprintf(statusWindow+`, cand AS (
+	SELECT o.id, o.aggregate_type, o.aggregate_id FROM %[1]s AS o
+	WHERE o.id = ANY (ARRAY(SELECT id FROM due UNION ALL SELECT id FROM fresh))
+	  AND o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
+	  AND o.id > $3 AND o.id <= $4%[2]s
+	ORDER BY o.id
+	LIMIT $1
+	FOR UPDATE OF o SKIP LOCKED
+)`, table, async)+rest, 6)
+	}
+	return out
+}
+
+// claimRuns claims runs (see the top of this file).
+func (s *Store) claimRuns(ctx context.Context, q *queries, p outbox.ClaimParams) (*outbox.Claim, error) {
+	st, err := s.orderedFor(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	ix, err := s.indexesFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	policy := 0
+	if p.BlockOnDead {
+		policy = 1
+	}
+	rq := st.runs[policy]
+	lease, mp := p.Lease.Microseconds(), payloadLimit(p.MaxPayload)
+	full := false
+	chain := p.Chain
+	if chain == nil {
+		chain = []int64{}
+	}
+	take := func(limit int, lo, hi int64) (*outbox.Claim, error) {
+		claim := &outbox.Claim{}
+		sql := rq.byStatus
+		if ix.pending {
+			sql = rq.fromCursor
+		}
+		var f bool
+		if err := s.claimRows(ctx, claim, q, sql, []any{&f}, mp, limit, lease, lo, hi, chain); err != nil {
+			return nil, err
+		}
+		full = full || f
+		return claim, nil
+	}
+	var claim *outbox.Claim
+	if ix.pending {
+		claim, err = s.fromCursor(p.Limit, take)
+	} else {
+		claim, err = take(p.Limit, 0, math.MaxInt64)
+	}
+	if err != nil {
+		return nil, err
+	}
+	n := claimSize(claim)
+	if n >= p.Limit || !full {
+		sortClaim(claim)
+		return claim, nil
+	}
+	// Short, with more due rows beyond the candidates: heads from anywhere.
+	// The runs stand if this fails; they go out without its rows.
+	hp := p
+	hp.Limit = p.Limit - n
+	if heads, err := s.claimHeads(ctx, q, hp); err == nil {
+		claim.Messages = append(claim.Messages, heads.Messages...)
+		claim.Malformed = append(claim.Malformed, heads.Malformed...)
+	} else if n == 0 {
+		return nil, err
+	}
+	sortClaim(claim)
+	return claim, nil
+}

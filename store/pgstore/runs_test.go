@@ -1,0 +1,84 @@
+package pgstore_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/pgstore"
+)
+
+// TestRunsClaimChains checks ClaimParams.Chain on the migrated table and on
+// one with only the contract's indexes: rows of an aggregate that follow
+// rows the relay holds (its batches in flight) come back only when the
+// claim names those rows in Chain, the named rows are not claimed again,
+// and a row of the chain that is not the relay's (an earlier row it does
+// not name) still ends the run.
+func TestRunsClaimChains(t *testing.T) {
+	t.Parallel()
+	for _, table := range []string{"migrated", "contract"} {
+		t.Run(table, func(t *testing.T) {
+			t.Parallel()
+			var f *orderedFixture
+			if table == "migrated" {
+				f = newOrderedFixture(t)
+				f.store = newStore(t, f.pool) // runs, not the heads-only store of the heads tests
+			} else {
+				base, _, _ := testsvc.PostgresSchema(t)
+				exec(t, base, fmt.Sprintf(contractDDL, "team_outbox", "jsonb", "timestamptz"))
+				s, err := pgstore.New(base, pgstore.WithTable("team_outbox"))
+				require.NoError(t, err)
+				f = &orderedFixture{pool: base, store: s, counter: &statementCounter{}}
+			}
+			f.write(t, "a", 6)
+			claim := func(limit int, chain ...*outbox.Message) ([]string, []*outbox.Message) {
+				t.Helper()
+				var ids []int64
+				for _, m := range chain {
+					ids = append(ids, m.RowID)
+				}
+				c, err := f.store.Claim(t.Context(), outbox.ClaimParams{Limit: limit, Lease: time.Hour, Ordered: true,
+					BlockOnDead: true, Chain: ids})
+				require.NoError(t, err)
+				var got []string
+				for _, m := range c.Messages {
+					got = append(got, fmt.Sprintf("%s#%s", m.AggregateID, m.Payload))
+				}
+				return got, c.Messages
+			}
+			got, first := claim(8)
+			require.Equal(t, []string{"a#0", "a#1"}, got, "a run of two: a quarter of the limit")
+			got, _ = claim(8)
+			require.Empty(t, got, "a#0 and a#1 are leased: without them in Chain nothing follows")
+			got, second := claim(8, first[1])
+			require.Empty(t, got, "a#0 is leased and not in Chain: it ends the run")
+			got, second = claim(8, first...)
+			require.Equal(t, []string{"a#2", "a#3"}, got, "chained after a#0 and a#1")
+			got, _ = claim(8, append(first, second...)...)
+			require.Equal(t, []string{"a#4", "a#5"}, got, "chained after both batches")
+		})
+	}
+}
+
+// TestRunsClaimLeavesRoomForOthers writes a deep backlog of one aggregate
+// ahead of another's: a run is at most a quarter of the limit, and the heads
+// claim fills the rest, so the aggregate behind is not held up until the
+// first one drains.
+func TestRunsClaimLeavesRoomForOthers(t *testing.T) {
+	t.Parallel()
+	f := newOrderedFixture(t)
+	f.store = newStore(t, f.pool)
+	f.write(t, "hot", 20)
+	f.write(t, "b", 2)
+	c, err := f.store.Claim(t.Context(), outbox.ClaimParams{Limit: 8, Lease: time.Hour, Ordered: true, BlockOnDead: true})
+	require.NoError(t, err)
+	var got []string
+	for _, m := range c.Messages {
+		got = append(got, fmt.Sprintf("%s#%s", m.AggregateID, m.Payload))
+	}
+	require.Equal(t, []string{"hot#0", "hot#1", "b#0"}, got)
+}

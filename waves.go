@@ -1,0 +1,275 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Waves: how an ordered relay publishes a batch that holds several messages
+// of one aggregate.
+//
+// An ordered claim returns, for each aggregate, a run: a prefix of its
+// pending rows in id order (see ClaimParams.Ordered). The relay publishes
+// the batch in waves: wave i is the i-th message of every run still going,
+// in one Publish call, and wave i+1 starts only when every result of wave i
+// is in. So message k+1 of an aggregate goes to the broker only after the
+// broker confirmed message k. A message that fails (to be retried, or dead)
+// stops its run: the rest of the run is not published and is given back
+// (refunded: due now, the attempt not counted); the store keeps it blocked
+// behind the failed row, which is still pending. A batch whose runs are all
+// one message long (one message per aggregate) is one wave, one Publish
+// call, as without ordering.
+//
+// Before each wave the relay checks its lease by its own clock: the wave
+// must be able to finish (the publish timeout) before the lease, counted
+// from the start of the claim, runs out; otherwise the rest of the batch is
+// given back. A stop of the relay (Run's ctx cancelled) also gives back
+// what is not yet published, so that a stop waits for one wave at most.
+//
+// Chained runs: with several batches in flight, the relay names the rows
+// of its batches in flight in each claim (ClaimParams.Chain), and a store
+// may then return the rows that follow them. Such a run waits for the run
+// of its aggregate in the earlier batch: it starts once the broker
+// confirmed every message of that run, and is given back whole when one of
+// them failed. So the relay publishes message k+1 only after it got a copy
+// of message k confirmed, whichever batch each is in.
+
+// errHeldBack marks, in a batch's results, a message that was not
+// published: an earlier message of its aggregate (in the batch, or in the
+// earlier batch it follows) failed, the lease left no time for its wave, or
+// the relay is stopping.
+var errHeldBack = errors.New("outbox: not published: held back behind an earlier message of its aggregate")
+
+// aggregateKey identifies an aggregate.
+type aggregateKey struct{ typ, id string }
+
+func keyOf(m *Message) aggregateKey { return aggregateKey{m.AggregateType, m.AggregateID} }
+
+// runsOf groups the indexes of send (in id order) into runs, one per
+// aggregate, each in id order, the runs in the order of their first row.
+func runsOf(send []*Message) [][]int {
+	at := make(map[aggregateKey]int, len(send))
+	var runs [][]int
+	for i, m := range send {
+		k := keyOf(m)
+		j, ok := at[k]
+		if !ok {
+			j = len(runs)
+			at[k] = j
+			runs = append(runs, nil)
+		}
+		runs[j] = append(runs[j], i)
+	}
+	return runs
+}
+
+// runDone is the end of one aggregate's run in one batch: done is closed
+// once every message of the run has its result, ok set before that when
+// the broker confirmed them all.
+type runDone struct {
+	done  chan struct{}
+	ok    bool
+	first int64 // the run's first row id
+}
+
+// chain is, with ordering, the runs of the batches a relay has in flight,
+// by aggregate, so that a later batch's run can wait for the earlier ones
+// (chained runs: the store may hand out rows that follow rows this relay
+// holds, see ClaimParams.Chain). Only the claim loop uses it.
+type chain struct {
+	runs    map[aggregateKey][]*runDone
+	batches map[*batch]struct{}
+}
+
+// ids returns the rows of the batches in flight, for ClaimParams.Chain.
+func (c *chain) ids() []int64 {
+	var ids []int64
+	for b := range c.batches {
+		for _, m := range b.send {
+			ids = append(ids, m.RowID)
+		}
+	}
+	return ids
+}
+
+// add records b, just claimed with the ids of the batches in flight in
+// Chain, before it is published. Every row of an aggregate that lies before
+// a row of b's run and was pending when b was claimed is in b or in Chain
+// (the claim's rule), so it belongs to b's run or to the run of an earlier
+// batch in flight that starts before b's run ends. b's run waits for all of
+// those before its first message: then every such row was confirmed before
+// any row after it goes out, even when the run has rows of Chain in its
+// middle (a claim in two parts can return one, see pgstore's claim cursor).
+// A run that re-takes rows an earlier batch gave back waits for that batch
+// too, and is given back if it failed, until the earlier batch is settled
+// and leaves the chain.
+func (c *chain) add(b *batch) {
+	if c.runs == nil {
+		c.runs, c.batches = map[aggregateKey][]*runDone{}, map[*batch]struct{}{}
+	}
+	b.runs, b.after = map[aggregateKey]*runDone{}, map[aggregateKey][]*runDone{}
+	last := map[aggregateKey]int64{}
+	for _, m := range b.send { // in id order
+		last[keyOf(m)] = m.RowID
+	}
+	for _, m := range b.send {
+		k := keyOf(m)
+		if _, ok := b.runs[k]; ok {
+			continue
+		}
+		for _, prev := range c.runs[k] {
+			if prev.first < last[k] {
+				b.after[k] = append(b.after[k], prev)
+			}
+		}
+		rd := &runDone{done: make(chan struct{}), first: m.RowID}
+		b.runs[k] = rd
+		c.runs[k] = append(c.runs[k], rd)
+	}
+	c.batches[b] = struct{}{}
+}
+
+// remove forgets b once it is settled.
+func (c *chain) remove(b *batch) {
+	if b == nil || c.batches == nil {
+		return
+	}
+	delete(c.batches, b)
+	for k, rd := range b.runs {
+		c.runs[k] = slices.DeleteFunc(c.runs[k], func(x *runDone) bool { return x == rd })
+		if len(c.runs[k]) == 0 {
+			delete(c.runs, k)
+		}
+	}
+}
+
+// publishWaves publishes b.send in waves (see above) and sets b.errs, in
+// which a message not published carries errHeldBack. A run that follows
+// the run of its aggregate in an earlier batch (b.after) starts once that
+// one is done, and only when it went through. ctx is Run's, which a stop
+// cancels; bctx is the batch's (see batchContext).
+func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
+	runs := runsOf(b.send)
+	next := make([]int, len(runs))     // per run, the position of its next message
+	stopped := make([]bool, len(runs)) // publish no more of the run
+	b.errs = make([]error, len(b.send))
+	defer func() {
+		for j, run := range runs {
+			for _, i := range run[next[j]:] {
+				b.errs[i] = errHeldBack
+			}
+			if rd := b.runs[keyOf(b.send[run[0]])]; rd != nil {
+				rd.ok = !stopped[j]
+				for _, i := range run {
+					rd.ok = rd.ok && b.errs[i] == nil
+				}
+				close(rd.done)
+			}
+		}
+	}()
+	// A row killed at claim time (malformed, attempts used, too large)
+	// stops its run where it stands: its later rows are not published.
+	killed := map[aggregateKey]int64{}
+	for _, d := range b.dead {
+		if m := d.Message; m.AggregateType != "" || m.AggregateID != "" {
+			if at, ok := killed[keyOf(m)]; !ok || m.RowID < at {
+				killed[keyOf(m)] = m.RowID
+			}
+		}
+	}
+	deadline := b.start.Add(r.cfg.lease - r.cfg.publishTimeout)
+	var wave []*Message
+	var in []int // the run of each message of wave
+	for {
+		wave, in = wave[:0], in[:0]
+		var wait *runDone // an earlier batch's run that a run of this one waits for
+		for j, run := range runs {
+			if stopped[j] || next[j] == len(run) {
+				continue
+			}
+			m := b.send[run[next[j]]]
+			if at, ok := killed[keyOf(m)]; ok && m.RowID > at {
+				stopped[j] = true
+				continue
+			}
+			if next[j] == 0 {
+				if prev, failed := pendingRun(b.after[keyOf(m)]); failed {
+					stopped[j] = true
+					continue
+				} else if prev != nil {
+					if wait == nil {
+						wait = prev
+					}
+					continue
+				}
+			}
+			wave, in = append(wave, m), append(in, j)
+		}
+		if len(wave) == 0 && wait == nil {
+			return
+		}
+		if ctx.Err() != nil || bctx.Err() != nil || time.Now().After(deadline) {
+			return // no time left for this wave: the rest is given back
+		}
+		if len(wave) == 0 {
+			if !waitRun(ctx, bctx, wait, deadline) {
+				return
+			}
+			continue
+		}
+		errs := r.publishOnce(bctx, wave)
+		for w, j := range in {
+			b.errs[runs[j][next[j]]] = errs[w]
+			next[j]++
+			stopped[j] = stopped[j] || errs[w] != nil
+		}
+	}
+}
+
+// pendingRun returns the first of runs that is not done yet, or failed
+// when one of those done did not go through.
+func pendingRun(runs []*runDone) (pending *runDone, failed bool) {
+	for _, rd := range runs {
+		select {
+		case <-rd.done:
+			if !rd.ok {
+				return nil, true
+			}
+		default:
+			if pending == nil {
+				pending = rd
+			}
+		}
+	}
+	return pending, false
+}
+
+// waitRun waits until rd is done, and reports false when ctx or bctx ended
+// or the deadline passed first.
+func waitRun(ctx, bctx context.Context, rd *runDone, deadline time.Time) bool {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-rd.done:
+		return true
+	case <-ctx.Done():
+	case <-bctx.Done():
+	case <-t.C:
+	}
+	return false
+}
+
+// publishOnce sends msgs within the publish timeout and returns one result
+// per message.
+func (r *Relay) publishOnce(bctx context.Context, msgs []*Message) []error {
+	pctx, cancel := context.WithTimeout(bctx, r.cfg.publishTimeout)
+	defer cancel()
+	errs := r.pub.Publish(pctx, msgs)
+	if len(errs) != len(msgs) {
+		errs = ErrorsFor(len(msgs), fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(msgs)))
+	}
+	return errs
+}
