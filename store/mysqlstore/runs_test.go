@@ -1,19 +1,14 @@
 package mysqlstore
 
 import (
-	"context"
 	"database/sql"
-	"fmt"
-	"math/rand/v2"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/runcheck"
 )
 
 // contractStore returns a Store on a table of the test's own with only the
@@ -36,16 +31,7 @@ func contractStore(t *testing.T) (*Store, *sql.DB) {
 
 // bothTables runs f on a migrated table and on one with only the contract's indexes.
 func bothTables(t *testing.T, f func(t *testing.T, s *Store, db *sql.DB)) {
-	for _, tc := range []struct {
-		name string
-		open func(t *testing.T) (*Store, *sql.DB)
-	}{{"Migrated", orderedStore}, {"Contract", contractStore}} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			s, db := tc.open(t)
-			f(t, s, db)
-		})
-	}
+	runcheck.BothTables(t, orderedStore, contractStore, f)
 }
 
 // TestRunsClaim checks what ends a run: nothing, when nothing blocks; a row
@@ -140,110 +126,12 @@ func writeRows(t *testing.T, s *Store, db *sql.DB, rows ...string) {
 	require.NoError(t, tx.Commit())
 }
 
-// TestRunsClaimConcurrent runs claimers side by side while writers commit
-// messages, one to three per transaction, each writer to aggregates of its
-// own in sequence. A claimer "publishes" what it claimed, in id order,
-// checking that each message is the one after the last published of its
-// aggregate, then acknowledges it. A claim that handed out row k+1 of an
-// aggregate while row k was pending outside it shows as a message published
-// before its predecessor (or a gap); none must show. Leases are long, so
-// every message is claimed once.
+// TestRunsClaimConcurrent runs ordered claimers side by side while writers
+// commit (runcheck.Violations): no message may be claimed before its
+// predecessor was confirmed.
 func TestRunsClaimConcurrent(t *testing.T) {
 	t.Parallel()
 	bothTables(t, func(t *testing.T, s *Store, db *sql.DB) {
-		require.Zero(t, runConcurrent(t, s, db), "messages published before their predecessor")
+		require.Zero(t, runcheck.Violations(t, s, runcheck.SQLWrite(db, outbox.NewWriter[*sql.Tx](s))), "messages claimed before their predecessor was confirmed")
 	})
-}
-
-// runConcurrent runs the writers and claimers of TestRunsClaimConcurrent and
-// returns the violations it saw.
-func runConcurrent(t *testing.T, s *Store, db *sql.DB) int {
-	const writers, aggsPerWriter, txPerWriter, claimers = 3, 6, 60, 4
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	var (
-		mu        sync.Mutex
-		published = map[string]int{} // aggregate -> last seq published
-		written   atomic.Int64
-		acked     atomic.Int64
-		violation atomic.Int64
-		wg        sync.WaitGroup
-		writing   sync.WaitGroup
-	)
-	for w := range writers {
-		writing.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(w), 7))
-			seq := map[string]int{}
-			wr := outbox.NewWriter[*sql.Tx](s)
-			for range txPerWriter {
-				agg := fmt.Sprintf("w%d-%d", w, rng.IntN(aggsPerWriter))
-				var msgs []*outbox.Message
-				for range 1 + rng.IntN(3) {
-					seq[agg]++
-					msgs = append(msgs, &outbox.Message{MessageID: fmt.Sprintf("%s-%d", agg, seq[agg]), AggregateType: "order",
-						AggregateID: agg, EventType: "E", Payload: []byte(strconv.Itoa(seq[agg]))})
-				}
-				tx, err := db.BeginTx(ctx, nil)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if err := wr.Write(ctx, tx, msgs...); err != nil {
-					tx.Rollback() //nolint:errcheck
-					t.Error(err)
-					return
-				}
-				if err := tx.Commit(); err != nil {
-					t.Error(err)
-					return
-				}
-				written.Add(int64(len(msgs)))
-			}
-		})
-	}
-	writersDone := make(chan struct{})
-	go func() { writing.Wait(); close(writersDone) }()
-	for c := range claimers {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(c), 11))
-			for ctx.Err() == nil {
-				select {
-				case <-writersDone:
-					if acked.Load() == written.Load() {
-						return
-					}
-				default:
-				}
-				cl, err := s.Claim(ctx, outbox.ClaimParams{Limit: 1 + rng.IntN(12), Lease: time.Hour, Ordered: true, BlockOnDead: true})
-				if err != nil {
-					if ctx.Err() == nil {
-						t.Error(err)
-					}
-					return
-				}
-				mu.Lock()
-				for _, m := range cl.Messages {
-					n, _ := strconv.Atoi(string(m.Payload))
-					if n != published[m.AggregateID]+1 {
-						violation.Add(1)
-					}
-					published[m.AggregateID] = max(published[m.AggregateID], n)
-				}
-				mu.Unlock()
-				if len(cl.Messages) > 0 {
-					time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond) // at the broker
-					n, err := s.Ack(ctx, outbox.AckParams{Messages: cl.Messages})
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					acked.Add(int64(n))
-				}
-			}
-		})
-	}
-	wg.Wait()
-	require.NoError(t, ctx.Err(), "the claimers did not drain the table in time")
-	require.Equal(t, written.Load(), acked.Load())
-	return int(violation.Load())
 }
