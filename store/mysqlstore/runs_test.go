@@ -2,6 +2,7 @@ package mysqlstore
 
 import (
 	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
@@ -133,5 +134,60 @@ func TestRunsClaimConcurrent(t *testing.T) {
 	t.Parallel()
 	bothTables(t, func(t *testing.T, s *Store, db *sql.DB) {
 		require.Zero(t, runcheck.Violations(t, s, runcheck.SQLWrite(db, outbox.NewWriter[*sql.Tx](s))), "messages claimed before their predecessor was confirmed")
+	})
+}
+
+// TestRunsReadSkipsSentRows runs the read of runs (runsSQL) with ANALYZE on
+// a table that keeps 4,000 sent rows of the same aggregates before 1,000
+// pending ones: it must read the pending rows in front of the claim, not
+// the aggregates' history, on both tables (the head index; the contract's
+// (status, next_retry_at) index).
+func TestRunsReadSkipsSentRows(t *testing.T) {
+	t.Parallel()
+	bothTables(t, func(t *testing.T, s *Store, db *sql.DB) {
+		ctx := t.Context()
+		_, err := db.ExecContext(ctx, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload, status)
+			WITH d(n) AS (SELECT 0 UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+				UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9),
+			n(i) AS (SELECT 1 + a.n + 10 * b.n + 100 * c.n + 1000 * e.n FROM d AS a, d AS b, d AS c, d AS e)
+			SELECT CONCAT('m', i), 'order', CONCAT('a', i % 50), 'E', '{}', IF(i <= 4000, 1, 0) FROM n WHERE i <= 5000 ORDER BY i`)
+		require.NoError(t, err)
+		_, err = db.ExecContext(ctx, "ANALYZE TABLE outbox_message")
+		require.NoError(t, err)
+		info, err := s.tableInfo(ctx, db)
+		require.NoError(t, err)
+		p := outbox.ClaimParams{Limit: 10, Ordered: true, BlockOnDead: true}
+		// Three aggregates, each up to its second pending row.
+		var tuples []any
+		for _, agg := range []int{1, 2, 3} {
+			tuples = append(tuples, "order", fmt.Sprint("a", agg), 4000+agg+50)
+		}
+		var args []any
+		for range runsParts(info, p) {
+			if runsParts(info, p) > 1 {
+				args = append(args, 4053)
+			}
+			args = append(args, tuples...)
+		}
+		conn, err := db.Conn(ctx)
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = conn.ExecContext(ctx, "FLUSH STATUS")
+		require.NoError(t, err)
+		rows, err := conn.QueryContext(ctx, s.runsSQL(info, p, 3), args...)
+		require.NoError(t, err)
+		got := 0
+		for rows.Next() {
+			got++
+		}
+		require.NoError(t, rows.Err())
+		rows.Close()
+		require.Equal(t, 6, got, "two pending rows of each aggregate")
+		// Index entries and rows read, by every access method.
+		var read float64
+		require.NoError(t, conn.QueryRowContext(ctx, `SELECT SUM(variable_value) FROM information_schema.session_status
+			WHERE variable_name IN ('HANDLER_READ_FIRST', 'HANDLER_READ_KEY', 'HANDLER_READ_NEXT', 'HANDLER_READ_PREV', 'HANDLER_READ_RND', 'HANDLER_READ_RND_NEXT')`).Scan(&read))
+		t.Logf("read %v", read)
+		require.LessOrEqual(t, read, 150.0, "index entries and rows the read of runs read")
 	})
 }
