@@ -36,8 +36,8 @@ import (
 // pending rows in id order, from its oldest pending row, with no earlier row
 // of the aggregate (same aggregate_type and aggregate_id) pending outside the
 // claim, or dead when p.BlockOnDead; a row leased by another claim, locked
-// by one, or waiting out a backoff ends its aggregate's run. Rows that cannot be decoded, and rows whose
-// retry_count reached the most attempts an INT counts (2147483647), come
+// by one, or waiting out a backoff ends its aggregate's run. Rows that cannot
+// be decoded, and rows whose retry_count reached the most attempts an INT counts (2147483647), come
 // back in Claim.Malformed, each error naming the row; a NULL or negative
 // retry_count counts as 0.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
@@ -123,16 +123,14 @@ func (s *Store) claimOnce(ctx context.Context, info tableInfo, st claimStatement
 		if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
 			return nil, err
 		}
-		if full && len(keep) < p.Limit && s.headsDue() {
+		if full && len(keep) < p.Limit {
 			// The candidates were rows blocked behind earlier ones: take heads too (runs.go).
-			before := len(keep)
 			if err := s.lockHeads(ctx, tx, st, p, p.Limit-len(keep), lock); err != nil {
 				return nil, err
 			}
 			if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
 				return nil, err
 			}
-			s.headsFound(len(keep) > before)
 		}
 	}
 	c := &outbox.Claim{}

@@ -21,7 +21,6 @@ func orderedStore(t *testing.T) (*Store, *sql.DB) {
 	s, err := New(db)
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(t.Context()))
-	s.headsPause = 0 // each claim of a test takes heads when its runs come back short
 	return s, db
 }
 

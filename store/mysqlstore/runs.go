@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/outboxkit/outbox"
 )
@@ -45,36 +44,6 @@ import (
 // did (ordered.go: a window of the due rows and a loose scan of the head
 // index, or on a table without it the walk that probes each row), and runs
 // (2) and (3) again over everything it locked.
-
-// Taking heads costs a walk of a window of the backlog and, with the head
-// index, a loose scan of every aggregate. When every aggregate's first rows
-// are in flight (few aggregates, or many relays and batches), the claims
-// that come after find only blocked rows, and taking heads finds nothing
-// either: each such claim would pay for both in vain. So after taking heads
-// found nothing, claims skip that step for a pause (defaultHeadsPause); rows blocked at the
-// front of the backlog then hold the other aggregates back for at most that
-// long, and a step that finds heads keeps the next claims taking them.
-
-// defaultHeadsPause is how long claims skip taking heads after it found nothing.
-const defaultHeadsPause = 100 * time.Millisecond
-
-// headsDue reports whether a claim whose runs came back short takes heads.
-func (s *Store) headsDue() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return time.Since(s.noHeadsAt) >= s.headsPause
-}
-
-// headsFound records whether taking heads added rows to a claim.
-func (s *Store) headsFound(found bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if found {
-		s.noHeadsAt = time.Time{}
-	} else {
-		s.noHeadsAt = time.Now()
-	}
-}
 
 // lockedRow is a row an ordered claim locked, with its aggregate.
 type lockedRow struct {

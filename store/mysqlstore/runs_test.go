@@ -27,7 +27,6 @@ func contractStore(t *testing.T) (*Store, *sql.DB) {
 	require.NoError(t, err)
 	s, err := New(db)
 	require.NoError(t, err)
-	s.headsPause = 0 // each claim of a test takes heads when its runs come back short
 	return s, db
 }
 
@@ -191,23 +190,4 @@ func TestRunsReadSkipsSentRows(t *testing.T) {
 		t.Logf("read %v", read)
 		require.LessOrEqual(t, read, 150.0, "index entries and rows the read of runs read")
 	})
-}
-
-// TestRunsPauseTakingHeads checks that after taking heads found nothing,
-// claims skip that step for the pause, and take heads again after it.
-func TestRunsPauseTakingHeads(t *testing.T) {
-	t.Parallel()
-	s, db := orderedStore(t)
-	writeAgg(t, s, db, "hot", 300)
-	got, _ := claimOrdered(t, s, 1, true)
-	require.Equal(t, []string{"hot#0"}, got)
-	s.headsPause = time.Hour
-	got, _ = claimOrdered(t, s, 10, true)
-	require.Empty(t, got, "every row is blocked behind hot#0, and no other head exists")
-	writeAgg(t, s, db, "b", 1)
-	got, _ = claimOrdered(t, s, 10, true)
-	require.Empty(t, got, "the last try found no head: this claim does not look")
-	s.headsPause = 0
-	got, _ = claimOrdered(t, s, 10, true)
-	require.Equal(t, []string{"b#0"}, got, "after the pause it looks again")
 }

@@ -65,8 +65,6 @@ type Store struct {
 	info        *tableInfo // detected once; nil until then, reset by Migrate
 	archiveCols string     // columns Archive moves, once it made sure of its table
 	aggregates  [2]int64   // ordered claims, by BlockOnDead: aggregates the last loose scan counted (ordered.go)
-	noHeadsAt   time.Time  // when an ordered claim last took heads and found none (runs.go)
-	headsPause  time.Duration
 }
 
 // Option configures a [Store].
@@ -119,7 +117,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("mysqlstore: new store: %w", err)
 	}
-	return &Store{db: db, table: t, chunk: cfg.chunkRows, headsPause: defaultHeadsPause}, nil
+	return &Store{db: db, table: t, chunk: cfg.chunkRows}, nil
 }
 
 // Table returns the name of the outbox table as given to [WithTable].
