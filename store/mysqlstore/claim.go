@@ -32,10 +32,12 @@ import (
 // other's short transactions instead of running side by side; Migrate adds
 // the index.
 //
-// With p.Ordered only the head of each aggregate is claimed: a row none of
-// whose earlier rows (same aggregate_type and aggregate_id) is pending, or
-// dead when p.BlockOnDead. Rows that cannot be decoded, and rows whose
-// retry_count reached the most attempts an INT counts (2147483647), come
+// With p.Ordered each aggregate contributes a run (runs.go): a prefix of its
+// pending rows in id order, from its oldest pending row, with no earlier row
+// of the aggregate (same aggregate_type and aggregate_id) pending outside the
+// claim, or dead when p.BlockOnDead; a row leased by another claim, locked
+// by one, or waiting out a backoff ends its aggregate's run. Rows that cannot
+// be decoded, and rows whose retry_count reached the most attempts an INT counts (2147483647), come
 // back in Claim.Malformed, each error naming the row; a NULL or negative
 // retry_count counts as 0.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
@@ -49,13 +51,18 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	if err != nil {
 		return nil, fmt.Errorf("mysqlstore: claim: %w", err)
 	}
-	q, sel := s.claimSQLs(info, p)
-	ord := s.orderedClaimSQL(info, p, sel)
-	recheck := s.recheckSQL(info, p)
-	lease := s.leaseSQL(info)
+	unordered := p
+	unordered.Ordered = false
+	q, sel := s.claimSQLs(info, unordered)
+	var st claimStatements
+	st.lock, st.sel, st.lease = q, sel, s.leaseSQL(info)
+	if p.Ordered {
+		st.heads, _ = s.claimSQLs(info, p)
+		st.ord = s.orderedClaimSQL(info, p, sel)
+	}
 	var c *outbox.Claim
 	err = retryDeadlock(ctx, func() (err error) {
-		c, err = s.claimOnce(ctx, q, ord, recheck, lease, sel, p)
+		c, err = s.claimOnce(ctx, info, st, p)
 		return err
 	})
 	if err != nil {
@@ -64,125 +71,83 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	return c, nil
 }
 
+// claimStatements are the statements of a claim.
+type claimStatements struct {
+	lock  []string    // the unordered claim's locking SELECTs, run in turn (claimSQLs)
+	sel   []string    // the columns they decode
+	lease string      // the UPDATE that leases the rows (leaseSQL)
+	heads []string    // ordered claims without the head index: the walk that takes heads (claimSQLs)
+	ord   *orderedSQL // ordered claims with the head index: the statements that take heads (ordered.go)
+}
+
 // claimOnce runs a claim in one READ COMMITTED transaction: the locking
-// SELECTs q in turn, or with ord (an ordered claim on a table with the head index)
-// the statements of ordered.go, then, for an ordered claim, the re-check of
-// its heads (recheck, see recheckSQL), then the UPDATE that leases what they
-// took.
-func (s *Store) claimOnce(ctx context.Context, q []string, ord *orderedSQL, recheck, lease string, sel []string,
-	p outbox.ClaimParams) (*outbox.Claim, error) {
+// SELECTs, then for an ordered claim the steps of runs.go, then the UPDATE
+// that leases what it keeps.
+func (s *Store) claimOnce(ctx context.Context, info tableInfo, st claimStatements, p outbox.ClaimParams) (*outbox.Claim, error) {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 
+	locked := map[int64]*lockedRow{}
+	var order []*lockedRow // in the order the SELECTs returned them
+	// lock runs a locking SELECT, keeps the rows it had not locked yet, and
+	// returns how many rows the SELECT returned.
+	lock := func(extra *int64, query string, args ...any) (int, error) {
+		rows, err := s.lockRows(ctx, tx, st.sel, p, extra, query, args...)
+		for _, r := range rows {
+			if locked[r.id] == nil {
+				locked[r.id] = r
+				order = append(order, r)
+			}
+		}
+		return len(rows), err
+	}
+	for _, q := range st.lock {
+		if len(locked) == p.Limit {
+			break
+		}
+		if _, err := lock(nil, q, p.Limit-len(locked)); err != nil {
+			return nil, err
+		}
+	}
+	var keep []*lockedRow
+	if !p.Ordered {
+		keep = order
+		if len(st.lock) > 1 { // the rows due again came first (claimSQLs)
+			slices.SortFunc(keep, func(a, b *lockedRow) int { return cmp.Compare(a.id, b.id) })
+		}
+	} else {
+		full := len(locked) == p.Limit
+		if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
+			return nil, err
+		}
+		if full && len(keep) < p.Limit {
+			// The candidates were rows blocked behind earlier ones: take heads too (runs.go).
+			if err := s.lockHeads(ctx, tx, st, p, p.Limit-len(keep), lock); err != nil {
+				return nil, err
+			}
+			if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
+				return nil, err
+			}
+		}
+	}
 	c := &outbox.Claim{}
-	var ids []any
-	taken := map[int64]bool{}
-	maxPayload, payloadAt := rowcheck.PayloadLimit(p.MaxPayload), slices.Index(sel, colPayload)
-	// read runs a locking SELECT and keeps the rows it has not taken yet, up
-	// to the limit. With extra, each row ends with one more column, scanned
-	// into it (the same in every row).
-	read := func(extra *int64, query string, args ...any) error {
-		rows, err := tx.QueryContext(ctx, query, args...)
-		if err != nil {
-			return fmt.Errorf("lock rows: %w", err)
+	ids := make([]any, len(keep))
+	for i, r := range keep {
+		ids[i] = r.id
+		if r.malforms != nil {
+			c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: r.message, Err: r.malforms})
+			continue
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var id, attempt int64
-			vals := make([]any, len(sel))
-			ptrs := make([]any, len(sel)+2)
-			ptrs[0], ptrs[1] = &id, &attempt
-			for i := range vals {
-				ptrs[i+2] = &vals[i]
-			}
-			if extra != nil {
-				ptrs = append(ptrs, extra)
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				return fmt.Errorf("read row: %w", err)
-			}
-			if taken[id] || len(ids) == p.Limit {
-				continue
-			}
-			taken[id] = true
-			ids = append(ids, id)
-			tooLarge := maxPayload > 0 && rowcheck.Len(vals[payloadAt]) > maxPayload
-			if tooLarge {
-				vals[payloadAt] = "{}" // read only in part (claimColumns)
-			}
-			m, err := decodeRow(sel, vals)
-			m.RowID, m.Attempt = id, int(attempt)
-			if err := rowcheck.RowError("mysqlstore", m, err, tooLarge, maxPayload); err != nil {
-				c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: m, Err: err})
-				continue
-			}
-			c.Messages = append(c.Messages, m)
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("lock rows: %w", err)
-		}
-		return rows.Close()
-	}
-	switch {
-	case ord == nil:
-		for _, q := range q {
-			if len(ids) == p.Limit {
-				break
-			}
-			if err := read(nil, q, p.Limit-len(ids)); err != nil {
-				return nil, err
-			}
-		}
-		if len(q) > 1 { // the rows due again came first (claimSQLs)
-			sortByRowID(c)
-		}
-	case s.fewAggregates(p):
-		// Every aggregate fits in one claim: the loose scan alone (ordered.go).
-		var aggs int64
-		if err := read(&aggs, ord.heads, p.Limit); err != nil {
-			return nil, err
-		}
-		s.countAggregates(p, aggs)
-	default:
-		bound := int64(math.MaxInt64)
-		beyond := true
-		switch err := tx.QueryRowContext(ctx, ord.bound).Scan(&bound); {
-		case errors.Is(err, sql.ErrNoRows):
-			bound, beyond = math.MaxInt64, false // the whole backlog fits in the window
-		case err != nil:
-			return nil, fmt.Errorf("read the window: %w", err)
-		}
-		if err := read(nil, ord.walk, bound, p.Limit); err != nil {
-			return nil, err
-		}
-		if len(ids) < p.Limit && beyond {
-			// Rows the walk took come back too (this transaction's own locks
-			// are not skipped); read drops them.
-			var aggs int64
-			if err := read(&aggs, ord.heads, p.Limit); err != nil {
-				return nil, err
-			}
-			s.countAggregates(p, aggs)
-			sortByRowID(c)
-		}
-	}
-	if recheck != "" && len(ids) > 0 {
-		if s.afterHeadWalk != nil {
-			s.afterHeadWalk()
-		}
-		var err error
-		if ids, err = s.recheckHeads(ctx, tx, recheck, ids, c); err != nil {
-			return nil, err
-		}
+		c.Messages = append(c.Messages, r.message)
 	}
 	rowcheck.ReadSizes(ctx, tx, "SELECT id, LENGTH(payload) FROM "+s.table.quoted()+" WHERE id IN (%s)", c.Malformed)
 	for lo := 0; lo < len(ids); lo += s.chunk {
 		chunk := ids[lo:min(lo+s.chunk, len(ids))]
 		args := append([]any{p.Lease.Microseconds()}, chunk...)
-		_, err := tx.ExecContext(ctx, lease+" WHERE id IN ("+placeholders(len(chunk))+")", args...)
+		_, err := tx.ExecContext(ctx, st.lease+" WHERE id IN ("+placeholders(len(chunk))+")", args...)
 		if err != nil {
 			return nil, fmt.Errorf("lease rows: %w", err)
 		}
@@ -193,10 +158,100 @@ func (s *Store) claimOnce(ctx context.Context, q []string, ord *orderedSQL, rech
 	return c, nil
 }
 
-// sortByRowID puts a claim's rows in id order.
-func sortByRowID(c *outbox.Claim) {
-	slices.SortFunc(c.Messages, func(a, b *outbox.Message) int { return cmp.Compare(a.RowID, b.RowID) })
-	slices.SortFunc(c.Malformed, func(a, b outbox.MalformedRow) int { return cmp.Compare(a.Message.RowID, b.Message.RowID) })
+// lockHeads locks up to limit heads the way ordered claims took them before
+// runs (ordered.go), with lock.
+func (s *Store) lockHeads(ctx context.Context, tx *sql.Tx, st claimStatements, p outbox.ClaimParams, limit int,
+	lock func(extra *int64, query string, args ...any) (int, error)) error {
+	ord := st.ord
+	switch {
+	case ord == nil:
+		got := 0
+		for _, q := range st.heads {
+			if got == limit {
+				break
+			}
+			n, err := lock(nil, q, limit-got)
+			if err != nil {
+				return err
+			}
+			got += n
+		}
+	case s.fewAggregates(p):
+		// Every aggregate fits in one claim: the loose scan alone.
+		var aggs int64
+		if _, err := lock(&aggs, ord.heads, limit); err != nil {
+			return err
+		}
+		s.countAggregates(p, aggs)
+	default:
+		bound := int64(math.MaxInt64)
+		beyond := true
+		switch err := tx.QueryRowContext(ctx, ord.bound).Scan(&bound); {
+		case errors.Is(err, sql.ErrNoRows):
+			bound, beyond = math.MaxInt64, false // the whole backlog fits in the window
+		case err != nil:
+			return fmt.Errorf("read the window: %w", err)
+		}
+		n, err := lock(nil, ord.walk, bound, limit)
+		if err != nil {
+			return err
+		}
+		if n < limit && beyond {
+			// Rows locked before come back too (this transaction's own
+			// locks are not skipped); lock keeps them once.
+			var aggs int64
+			if _, err := lock(&aggs, ord.heads, limit-n); err != nil {
+				return err
+			}
+			s.countAggregates(p, aggs)
+		}
+	}
+	return nil
+}
+
+// lockRows runs a locking SELECT of a claim and decodes its rows. With
+// extra, each row ends with one more column, scanned into it (the same in
+// every row).
+func (s *Store) lockRows(ctx context.Context, tx *sql.Tx, sel []string, p outbox.ClaimParams, extra *int64,
+	query string, args ...any) ([]*lockedRow, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("lock rows: %w", err)
+	}
+	defer rows.Close()
+	maxPayload, payloadAt := rowcheck.PayloadLimit(p.MaxPayload), slices.Index(sel, colPayload)
+	typeAt, idAt := slices.Index(sel, colAggregateType), slices.Index(sel, colAggregateID)
+	var out []*lockedRow
+	for rows.Next() {
+		var id, attempt int64
+		vals := make([]any, len(sel))
+		ptrs := make([]any, len(sel)+2)
+		ptrs[0], ptrs[1] = &id, &attempt
+		for i := range vals {
+			ptrs[i+2] = &vals[i]
+		}
+		if extra != nil {
+			ptrs = append(ptrs, extra)
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return out, fmt.Errorf("read row: %w", err)
+		}
+		tooLarge := maxPayload > 0 && rowcheck.Len(vals[payloadAt]) > maxPayload
+		if tooLarge {
+			vals[payloadAt] = "{}" // read only in part (claimColumns)
+		}
+		m, err := decodeRow(sel, vals)
+		m.RowID, m.Attempt = id, int(attempt)
+		r := &lockedRow{id: id, message: m, nullAgg: vals[typeAt] == nil || vals[idAt] == nil}
+		r.agg.typ, _, _ = text(vals[typeAt])
+		r.agg.id, _, _ = text(vals[idAt])
+		r.malforms = rowcheck.RowError("mysqlstore", m, err, tooLarge, maxPayload)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return out, fmt.Errorf("lock rows: %w", err)
+	}
+	return out, rows.Close()
 }
 
 // leaseSQL is the start of the UPDATE that counts the attempt of claimed

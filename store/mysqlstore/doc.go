@@ -66,21 +66,23 @@
 // attempts and values. Statements lock rows in id order, and one that InnoDB
 // picks as a deadlock victim is run again.
 //
-// Ordered claims hand out a row only when no earlier row of its aggregate is
-// pending (or dead, with BlockOnDead). The check is a plain read inside the
-// locking SELECT, so a row another relay holds still blocks its successors.
-// "Earlier" is id order: AUTO_INCREMENT ids are handed out at insert, not at
-// commit, so transactions that write messages for one aggregate should be
-// serialized, as they usually are by a lock on the aggregate's own row.
-// With the (status, aggregate_type, aggregate_id, id) index, an ordered claim
-// walks only a window of the backlog and, when that yields too few heads on a
-// deep backlog of few aggregates, finds the rest with a loose index scan, one
-// dive per aggregate; see docs/ordering.md. Because InnoDB's locking reads
-// see rows committed after the statement's snapshot while the plain read
-// does not, a writer committing during the claim could make a later row look
-// like a head; so an ordered claim re-checks the heads it took with a fresh
-// read before it leases them, and leaves out any that has an earlier
-// blocking row by then.
+// Ordered claims hand out runs: per aggregate, a prefix of its pending rows
+// in id order, none of which has an earlier row of its aggregate pending (or
+// dead, with BlockOnDead) outside the claim; a row another relay holds or
+// one waiting out a backoff ends its aggregate's run. The claim locks the
+// first due rows with SKIP LOCKED, as an unordered claim does, then decides
+// with a fresh read, in the same READ COMMITTED transaction, which prefix of
+// each aggregate it locked, and leases only that. The fresh
+// read is what keeps order under InnoDB's mix of read modes: its locking
+// reads see rows committed after a statement's snapshot, so a writer
+// committing during the claim could otherwise make a later row look
+// claimable; see docs/ordering.md. "Earlier" is id order: AUTO_INCREMENT ids
+// are handed out at insert, not at commit, so transactions that write
+// messages for one aggregate should be serialized, as they usually are by a
+// lock on the aggregate's own row. When the rows at the front of the backlog
+// are blocked, the claim also takes heads, walking a window of the backlog
+// and, with the (status, aggregate_type, aggregate_id, id) index, a loose
+// index scan, one dive per aggregate.
 //
 // MariaDB marks SKIP LOCKED unsafe for statement-based replication: run its
 // binary log in ROW (or MIXED) format.

@@ -95,6 +95,7 @@ func mysqlTime(tm time.Time) any { return tm.UTC().Format("2006-01-02 15:04:05.0
 
 func TestStore(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
+		Runs:    true, // ordered claims return runs (runs.go)
 		Dialect: storetest.MySQL,
 		New: func(t *testing.T) *storetest.Fixture {
 			s, db := newStore(t)

@@ -1,18 +1,18 @@
 package mysqlstore
 
 import (
-	"context"
-	"database/sql"
 	"fmt"
-	"slices"
 	"strconv"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
-// An ordered claim hands out only heads: rows with no earlier row of their
-// aggregate that is pending (or dead, when dead rows block). Walking the
+// Ordered claims hand out runs (runs.go). When the rows a claim locked first
+// were mostly blocked behind earlier rows, it also takes heads: rows with no
+// earlier row of their aggregate that is pending (or dead, when dead rows
+// block), as ordered claims did before runs; this file builds those
+// statements. Walking the
 // pending rows in id order and probing each one's aggregate finds heads
 // cheaply while they are dense at the front of the backlog (many
 // aggregates), but when a few aggregates hold a deep backlog, a claim that
@@ -31,10 +31,11 @@ import (
 //     aggregate and status, not per row) and claims the heads among them,
 //     oldest first.
 //
-// Steps 2 and 3 lock with SKIP LOCKED and take a row only if it was a head in
-// the statement's snapshot, as the single walk did, so the guarantee is
-// unchanged; the cost is bounded by the window plus one dive per aggregate.
-// A table without the head index keeps the single walk.
+// Steps 2 and 3 lock with SKIP LOCKED the rows that were heads in the
+// statement's snapshot; what the claim keeps of them is decided afterwards,
+// with every other row it locked, by the fresh read of runs.go. The cost is
+// bounded by the window plus one dive per aggregate. A table without the
+// head index keeps the single walk.
 
 // orderedWindow is how many due pending rows the walk looks at for a claim
 // of limit rows.
@@ -138,83 +139,4 @@ func policyIndex(p outbox.ClaimParams) int {
 func earlierRow(t, headIdx, status string) string {
 	return "COALESCE((SELECT h.id FROM " + t + " AS h" + headIdx + " WHERE h.status = " + status +
 		" AND h.aggregate_type = c.aggregate_type AND h.aggregate_id = c.aggregate_id ORDER BY h.id LIMIT 1), c.id) < c.id"
-}
-
-// An ordered claim's locking reads and its "no earlier row" probes do not
-// read the same rows in InnoDB: FOR UPDATE SKIP LOCKED reads the latest
-// committed version of each row it reaches, while the probes (subqueries,
-// which a locking clause on the outer statement does not lock) are
-// consistent reads of the statement's snapshot. When a writer commits rows
-// k and k+1 of an aggregate while the claim's scan runs, the scan can pass
-// row k while the writer still holds it (and skip it), reach row k+1 after
-// the commit (and lock it), and the probe, reading the snapshot from before
-// the commit, finds no row k: row k+1 would be handed out as a head. The
-// chaos suite saw this twice on MariaDB. PostgreSQL is not affected (its
-// locking reads check rows against the statement's snapshot).
-//
-// So an ordered claim re-checks its heads, after the locking reads and in the
-// same transaction, with a statement of its own: under READ COMMITTED it
-// reads a fresh snapshot, in which every transaction whose rows the scan took
-// has committed, with all of its rows. A row with an earlier blocking row of
-// its aggregate is dropped from the claim (its lock goes with the commit and
-// it stays pending, untouched).
-
-// recheckSQL returns the start of the statement that re-checks an ordered
-// claim's heads, to be followed by the ids and ")"; "" for other claims.
-func (s *Store) recheckSQL(info tableInfo, p outbox.ClaimParams) string {
-	if !p.Ordered {
-		return ""
-	}
-	t := s.table.quoted()
-	if info.headIndex != "" {
-		// One dive per status and aggregate (see earlierRow). An EXISTS here
-		// is worse than in the walk: the optimizer turns it into a semi-join
-		// that reads every pending row of the table once per claimed row
-		// (300 ms for 50 rows of a 45,000-row backlog on MariaDB 10.11).
-		headIdx := " FORCE INDEX (" + quoteIdent(info.headIndex) + ")"
-		cond := earlierRow(t, headIdx, "0")
-		if p.BlockOnDead {
-			cond = "(" + cond + " OR " + earlierRow(t, headIdx, "2") + ")"
-		}
-		return "SELECT c.id FROM " + t + " AS c WHERE " + cond + " AND c.id IN ("
-	}
-	blocking := "0"
-	if p.BlockOnDead {
-		blocking = "0, 2"
-	}
-	return "SELECT c.id FROM " + t + " AS c WHERE EXISTS (SELECT 1 FROM " + t + " AS h" +
-		" WHERE h.status IN (" + blocking + ") AND h.aggregate_type = c.aggregate_type" +
-		" AND h.aggregate_id = c.aggregate_id AND h.id < c.id) AND c.id IN ("
-}
-
-// recheckHeads runs the re-check and removes the rows it finds no longer
-// heads from ids and from c. ids holds every row the claim took.
-func (s *Store) recheckHeads(ctx context.Context, tx *sql.Tx, recheck string, ids []any, c *outbox.Claim) ([]any, error) {
-	drop := map[int64]bool{}
-	for lo := 0; lo < len(ids); lo += s.chunk {
-		chunk := ids[lo:min(lo+s.chunk, len(ids))]
-		rows, err := tx.QueryContext(ctx, recheck+placeholders(len(chunk))+")", chunk...)
-		if err != nil {
-			return nil, fmt.Errorf("re-check heads: %w", err)
-		}
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("re-check heads: %w", err)
-			}
-			drop[id] = true
-		}
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("re-check heads: %w", err)
-		}
-		rows.Close()
-	}
-	if len(drop) == 0 {
-		return ids, nil
-	}
-	ids = slices.DeleteFunc(ids, func(id any) bool { return drop[id.(int64)] })
-	c.Messages = slices.DeleteFunc(c.Messages, func(m *outbox.Message) bool { return drop[m.RowID] })
-	c.Malformed = slices.DeleteFunc(c.Malformed, func(m outbox.MalformedRow) bool { return drop[m.Message.RowID] })
-	return ids, nil
 }

@@ -17,14 +17,21 @@ import (
 // orderedStore returns a migrated Store on a database of the test's own.
 func orderedStore(t *testing.T) (*Store, *sql.DB) {
 	t.Helper()
-	_, dsn := testsvc.MySQLDatabase(t)
-	db, err := Open(dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	db := testDB(t)
 	s, err := New(db)
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(t.Context()))
 	return s, db
+}
+
+// testDB opens a database of the test's own.
+func testDB(t *testing.T) *sql.DB {
+	t.Helper()
+	_, dsn := testsvc.MySQLDatabase(t)
+	db, err := Open(dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 // writeAgg commits n messages of aggregate agg, numbered from 0 in the payload.
@@ -101,33 +108,38 @@ func TestOrderedClaimPlans(t *testing.T) {
 }
 
 // TestOrderedClaimBeyondTheWindow writes a deep backlog of one aggregate
-// ahead of twenty others, whose heads lie beyond the walk's window: the
-// loose scan finds them, oldest first.
+// ahead of twenty others and leases its first row: the rows at the front of
+// the backlog are then all blocked, so the runs they would make are empty,
+// and the claim takes heads instead; the twenty heads lie beyond the walk's
+// window, and the loose scan finds them, oldest first.
 func TestOrderedClaimBeyondTheWindow(t *testing.T) {
 	t.Parallel()
 	s, db := orderedStore(t)
 	writeAgg(t, s, db, "hot", 1000)
-	want := []string{"hot#0"}
+	var want []string
 	for i := range 20 {
 		agg := fmt.Sprintf("a-%02d", i)
 		writeAgg(t, s, db, agg, 2)
 		want = append(want, agg+"#0")
 	}
+	got, hot := claimOrdered(t, s, 1, true)
+	require.Equal(t, []string{"hot#0"}, got)
 	got, msgs := claimOrdered(t, s, 50, true)
-	require.Equal(t, want, got)
-	n, err := s.Ack(t.Context(), outbox.AckParams{Messages: msgs})
+	require.Equal(t, want, got, "the rows blocked behind hot#0 do not starve the other aggregates")
+	n, err := s.Ack(t.Context(), outbox.AckParams{Messages: append(msgs, hot...)})
 	require.NoError(t, err)
 	require.Equal(t, 21, n)
 	got, _ = claimOrdered(t, s, 10, true)
-	require.Equal(t, []string{"hot#1", "a-00#1", "a-01#1", "a-02#1", "a-03#1", "a-04#1", "a-05#1", "a-06#1", "a-07#1", "a-08#1"}, got,
-		"the limit holds, oldest heads first")
+	require.Equal(t, []string{"hot#1", "hot#2", "hot#3", "hot#4", "hot#5", "hot#6", "hot#7", "hot#8", "hot#9", "hot#10"}, got,
+		"a run, up to the limit")
 }
 
-// TestOrderedProbesReadOneEntry runs the walk and the re-check over a deep
-// backlog of three aggregates, with ANALYZE: each "earlier row" probe must
-// read one entry of the head index, not every pending row of its aggregate
-// (which MySQL and MariaDB do for NOT EXISTS (... AND h.id < c.id) on a head),
-// and the re-check must not turn into a join over every pending row.
+// TestOrderedProbesReadOneEntry runs the walk and the read of runs over a
+// deep backlog of three aggregates, with ANALYZE: each "earlier row" probe
+// must read one entry of the head index, not every pending row of its
+// aggregate (which MySQL and MariaDB do for NOT EXISTS (... AND h.id < c.id)
+// on a head), and the read of runs only each aggregate's rows up to its last
+// candidate, not every pending row.
 func TestOrderedProbesReadOneEntry(t *testing.T) {
 	t.Parallel()
 	s, db := orderedStore(t)
@@ -152,7 +164,7 @@ func TestOrderedProbesReadOneEntry(t *testing.T) {
 		args  []any
 	}{
 		{"Walk", ord.walk, []any{bound, p.Limit}},
-		{"Recheck", s.recheckSQL(info, p) + placeholders(len(heads)) + ")", heads},
+		{"Runs", s.runsSQL(info, p, len(heads)), []any{"order", "a", heads[0], "order", "b", heads[1], "order", "c", heads[2]}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -189,11 +201,11 @@ func TestOrderedProbesReadOneEntry(t *testing.T) {
 }
 
 // TestOrderedClaimFewAggregatesSkipsTheWalk gives three aggregates a deep,
-// interleaved backlog, the shape where every claim is short while other
-// relays hold heads: once a loose scan has counted the aggregates, and they
-// are no more than the limit, claims run the loose scan alone and take every
-// head there is and nothing else; when more aggregates turn up than the
-// limit, claims go back to the walk.
+// interleaved backlog, the shape where claims find the rows at the front
+// blocked while other relays hold runs, and so also take heads: once a loose
+// scan has counted the aggregates, and they are no more than the limit, that
+// step runs the loose scan alone; when more aggregates turn up than the
+// limit, it goes back to the walk.
 func TestOrderedClaimFewAggregatesSkipsTheWalk(t *testing.T) {
 	t.Parallel()
 	s, db := orderedStore(t)
@@ -211,12 +223,13 @@ func TestOrderedClaimFewAggregatesSkipsTheWalk(t *testing.T) {
 		want    []string
 		wantFew bool // the next claim runs the loose scan alone
 	}{
-		{name: "ShortClaimWalksThenCountsTheAggregates", want: []string{"b#0", "c#0"}, wantFew: true},
+		{name: "ShortClaimWalksThenCountsTheAggregates", want: []string{"b#0", "c#0", "b#1", "c#1", "b#2", "c#2", "b#3"},
+			wantFew: true},
 		{name: "LooseScanAloneTakesNothingHeld", want: nil, wantFew: true},
-		{name: "AndTheNextHeadsOnceAcknowledged", before: func(t *testing.T) {
+		{name: "AndTheNextRunOnceAcknowledged", before: func(t *testing.T) {
 			_, err := s.Ack(ctx, outbox.AckParams{Messages: a0})
 			require.NoError(t, err)
-		}, want: []string{"a#1"}, wantFew: true},
+		}, want: []string{"a#1", "a#2", "a#3", "a#4", "a#5"}, wantFew: true},
 		{name: "MoreAggregatesThanTheLimit", before: func(t *testing.T) {
 			for i := range 12 {
 				writeAgg(t, s, db, fmt.Sprintf("x-%02d", i), 1)
@@ -235,50 +248,41 @@ func TestOrderedClaimFewAggregatesSkipsTheWalk(t *testing.T) {
 	}
 }
 
-// TestOrderedClaimDeadPolicyBeyondTheWindow checks that the loose scan keeps
-// the dead policy: a dead head blocks its aggregate only with BlockOnDead.
+// TestOrderedClaimDeadPolicyBeyondTheWindow checks that runs and the heads
+// step keep the dead policy: a dead row ends its aggregate's run only with
+// BlockOnDead, even with its aggregate's later rows at the front of the
+// backlog.
 func TestOrderedClaimDeadPolicyBeyondTheWindow(t *testing.T) {
 	t.Parallel()
 	s, db := orderedStore(t)
-	writeAgg(t, s, db, "hot", 400)
 	writeAgg(t, s, db, "b", 3)
+	writeAgg(t, s, db, "hot", 400)
 	ctx := t.Context()
-	got, msgs := claimOrdered(t, s, 10, true)
-	require.Equal(t, []string{"hot#0", "b#0"}, got)
-	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: []outbox.Dead{{Message: msgs[1], Reason: "poison"}}}))
-	_, err := s.Ack(ctx, outbox.AckParams{Messages: msgs[:1]})
-	require.NoError(t, err)
+	got, msgs := claimOrdered(t, s, 1, true)
+	require.Equal(t, []string{"b#0"}, got)
+	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: []outbox.Dead{{Message: msgs[0], Reason: "poison"}}}))
 
 	got, msgs = claimOrdered(t, s, 10, true)
-	require.Equal(t, []string{"hot#1"}, got, "the dead b#0 holds b#1 back")
-	_, err = s.Ack(ctx, outbox.AckParams{Messages: msgs})
+	require.Equal(t, []string{"hot#0", "hot#1", "hot#2", "hot#3", "hot#4", "hot#5", "hot#6", "hot#7"}, got,
+		"the dead b#0 holds b#1 back")
+	_, err := s.Ack(ctx, outbox.AckParams{Messages: msgs})
 	require.NoError(t, err)
 	got, _ = claimOrdered(t, s, 10, false)
-	require.Equal(t, []string{"hot#2", "b#1"}, got, "without BlockOnDead b#1 goes past the dead b#0")
+	require.Equal(t, []string{"b#1", "b#2", "hot#8", "hot#9", "hot#10", "hot#11", "hot#12", "hot#13", "hot#14", "hot#15"}, got,
+		"without BlockOnDead b#1 goes past the dead b#0")
 }
 
 // TestMigrateAddsTheHeadIndex checks that Migrate gives a pasted table the
 // head index, and that ordered claims on a table without it still work.
 func TestMigrateAddsTheHeadIndex(t *testing.T) {
 	t.Parallel()
-	_, dsn := testsvc.MySQLDatabase(t)
-	db, err := Open(dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	_, err = db.Exec(`CREATE TABLE outbox_message (
-		id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, message_id VARCHAR(64) NOT NULL UNIQUE,
-		aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(64) NOT NULL, event_type VARCHAR(64) NOT NULL,
-		payload JSON NOT NULL, status TINYINT NOT NULL DEFAULT 0, retry_count INT NOT NULL DEFAULT 0,
-		next_retry_at DATETIME NULL, created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
-		updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
-		INDEX (status, next_retry_at), INDEX (aggregate_type, aggregate_id)) ENGINE = InnoDB`)
-	require.NoError(t, err)
-	s, err := New(db)
-	require.NoError(t, err)
+	s, db := contractStore(t)
 	writeAgg(t, s, db, "hot", 300)
 	writeAgg(t, s, db, "b", 1)
-	got, _ := claimOrdered(t, s, 10, true)
-	require.Equal(t, []string{"hot#0", "b#0"}, got, "without the head index: one walk over the whole backlog")
+	got, _ := claimOrdered(t, s, 1, true)
+	require.Equal(t, []string{"hot#0"}, got)
+	got, _ = claimOrdered(t, s, 10, true)
+	require.Equal(t, []string{"b#0"}, got, "without the head index: the walk over the whole backlog finds the head")
 
 	require.NoError(t, s.Migrate(t.Context()))
 	info, err := s.tableInfo(t.Context(), db)
@@ -287,7 +291,7 @@ func TestMigrateAddsTheHeadIndex(t *testing.T) {
 }
 
 // TestOrderedClaimRechecksHeads makes an earlier row of an aggregate appear
-// between an ordered claim's locking reads and its end, as a writer that
+// between an ordered claim's locking reads and its read of runs, as a writer that
 // commits while the claim's scan runs does in InnoDB (the scan skips the
 // writer's row k, still locked, then takes row k+1, committed by then, and
 // its probe reads a snapshot without row k). The claim must not hand out
@@ -316,8 +320,8 @@ func TestOrderedClaimRechecksHeads(t *testing.T) {
 			require.NoError(t, err)
 			writeAgg(t, s, db, "a", 1) // a#0, id 100
 			writeAgg(t, s, db, "b", 1) // b#0, id 101
-			s.afterHeadWalk = func() {
-				s.afterHeadWalk = nil
+			s.afterLock = func() {
+				s.afterLock = nil
 				_, err := db.ExecContext(t.Context(), "INSERT INTO "+s.table.quoted()+
 					" (id, message_id, aggregate_type, aggregate_id, event_type, payload) VALUES (50, 'a-early', 'order', 'a', 'E', '-1')")
 				require.NoError(t, err)
@@ -329,7 +333,7 @@ func TestOrderedClaimRechecksHeads(t *testing.T) {
 				s.table.quoted()+" WHERE id = 100").Scan(&status, &retries))
 			require.Equal(t, [2]int{0, 0}, [2]int{status, retries}, "the dropped row stays pending, its attempt not counted")
 			got, _ = claimOrdered(t, s, 10, true)
-			require.Equal(t, []string{"a#-1"}, got, "the early row is the head now")
+			require.Equal(t, []string{"a#-1", "a#0"}, got, "the early row starts the run now")
 		})
 	}
 }

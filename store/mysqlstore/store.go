@@ -57,9 +57,9 @@ type Store struct {
 	db    *sql.DB
 	table table
 	chunk int // messages per statement
-	// afterHeadWalk, set only by tests, runs between an ordered claim's
-	// locking reads and the re-check of its heads (ordered.go).
-	afterHeadWalk func()
+	// afterLock, set only by tests, runs between an ordered claim's locking
+	// reads and its fresh read of their runs (runs.go).
+	afterLock func()
 
 	mu          sync.Mutex
 	info        *tableInfo // detected once; nil until then, reset by Migrate

@@ -26,9 +26,11 @@ import (
 //
 // A row is due when next_retry_at is NULL, not later than now, or not a time
 // SQLite can read (so that a row with a garbled time is retried, not stuck).
-// With p.Ordered only the head of each aggregate is claimed: a row none of
-// whose earlier rows (same aggregate_type and aggregate_id) is pending, or
-// dead when p.BlockOnDead. Rows that cannot be decoded, and rows whose
+// With p.Ordered each aggregate contributes a run (runs.go): a prefix of its
+// pending rows in id order, from its oldest pending row, with no earlier row
+// of the aggregate (same aggregate_type and aggregate_id) pending outside the
+// claim, or dead when p.BlockOnDead; a row leased by another claim, locked
+// by one, or waiting out a backoff ends its aggregate's run. Rows that cannot be decoded, and rows whose
 // retry_count reached the most attempts an INT counts (2147483647), come
 // back in Claim.Malformed, each error naming the row; a retry_count that is
 // NULL, negative or not a number counts as 0.
@@ -43,11 +45,15 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
 	}
-	q, sel := s.claimSQL(cols, p)
-	ord := s.orderedClaimSQL(cols, p, sel)
+	st := claimStatements{}
+	st.claim, st.sel = s.claimSQL(cols, p)
+	if p.Ordered {
+		st.runs, st.more = s.runsSQL(cols, p, st.sel), s.moreDueSQL(cols)
+		st.ord = s.orderedClaimSQL(cols, p, st.sel)
+	}
 	var c *outbox.Claim
 	err = s.write(ctx, func() error {
-		c, err = s.claimOnce(ctx, q, ord, sel, p)
+		c, err = s.claimOnce(ctx, st, p)
 		return err
 	})
 	if err != nil {
@@ -59,9 +65,19 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	return c, nil
 }
 
-// claimOnce runs the claim statement q in its own transaction, or with ord
-// (an ordered claim on a table with the head index) the steps of ordered.go.
-func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, sel []string, p outbox.ClaimParams) (*outbox.Claim, error) {
+// claimStatements are the statements of a claim.
+type claimStatements struct {
+	claim string      // the claim (with p.Ordered, of heads only: a walk that probes each row)
+	sel   []string    // the columns it returns
+	runs  string      // ordered claims: the claim of runs (runs.go)
+	more  string      // ordered claims: whether more rows were due (runs.go)
+	ord   *orderedSQL // ordered claims on a table with the head index: the claim of heads (ordered.go)
+}
+
+// claimOnce runs a claim in its own transaction: the claim statement, or
+// for an ordered claim the steps of runs.go.
+func (s *Store) claimOnce(ctx context.Context, st claimStatements, p outbox.ClaimParams) (*outbox.Claim, error) {
+	sel := st.sel
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
@@ -105,10 +121,10 @@ func (s *Store) claimOnce(ctx context.Context, q string, ord *orderedSQL, sel []
 		}
 		return n, rows.Close()
 	}
-	if ord == nil {
-		_, err = read(q, formatTime(now.Add(p.Lease)), formatTime(now), p.Limit)
+	if p.Ordered {
+		err = s.claimRuns(ctx, tx, st, p, now, read)
 	} else {
-		err = claimOrdered(ctx, tx, ord, p, now, read)
+		_, err = read(st.claim, formatTime(now.Add(p.Lease)), formatTime(now), p.Limit)
 	}
 	if err != nil {
 		return nil, err
@@ -153,9 +169,16 @@ func selectColumns(cols columns) []string {
 // claimSQL builds the claim statement; its parameters are the lease's end,
 // now, and the limit.
 func (s *Store) claimSQL(cols columns, p outbox.ClaimParams) (string, []string) {
-	t := s.table.quoted()
 	sel := selectColumns(cols)
-	var b strings.Builder
+	return claimUpdate(s.table.quoted()) + " WHERE id IN (" + s.candidateSQL(cols, p) + ") RETURNING " +
+		claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)), sel
+}
+
+// candidateSQL is the SELECT of the ids a claim takes: the first due pending
+// rows in id order (with p.Ordered, only heads). Its parameters are ?2, now,
+// and ?3, the limit.
+func (s *Store) candidateSQL(cols columns, p outbox.ClaimParams) string {
+	t := s.table.quoted()
 	ordered := ""
 	if p.Ordered {
 		blocking := "0"
@@ -165,26 +188,24 @@ func (s *Store) claimSQL(cols columns, p outbox.ClaimParams) (string, []string) 
 		ordered = " AND NOT EXISTS (SELECT 1 FROM " + t + " AS h WHERE h.aggregate_type = c.aggregate_type" +
 			" AND h.aggregate_id = c.aggregate_id AND h.id < c.id AND h.status IN (" + blocking + "))"
 	}
-	const due = "COALESCE(julianday(c.next_retry_at, 'auto'), 0) <= julianday(?2)"
-	b.WriteString(claimUpdate(t) + " WHERE id IN (")
 	if cols.pendingIndex {
 		// Left to itself the planner prefers the covering (status,
 		// next_retry_at) index and sorts every pending row by id.
-		b.WriteString("SELECT c.id FROM " + t + " AS c INDEXED BY " + quoteIdent(s.table.pendingIndex()) +
-			" WHERE c.status = 0 AND " + due + ordered + " ORDER BY c.id LIMIT ?3")
-	} else {
-		// Without it (a table with only the contract's indexes) the planner
-		// walks the rowids past every sent row kept. The rows never claimed
-		// (next_retry_at NULL) are one range of the (status, next_retry_at)
-		// index, in rowid order; the others (leased, or waiting out a
-		// backoff: few) another, sorted. The claim takes the oldest of both.
-		b.WriteString("SELECT id FROM (SELECT id FROM (SELECT c.id FROM " + t + " AS c WHERE c.status = 0 AND c.next_retry_at IS NULL" +
-			ordered + " ORDER BY c.next_retry_at, c.id LIMIT ?3) UNION ALL SELECT id FROM (SELECT c.id FROM " + t +
-			" AS c WHERE c.status = 0 AND c.next_retry_at IS NOT NULL AND " + due + ordered + " ORDER BY +c.id LIMIT ?3)) ORDER BY id LIMIT ?3")
+		return "SELECT c.id FROM " + t + " AS c INDEXED BY " + quoteIdent(s.table.pendingIndex()) +
+			" WHERE c.status = 0 AND " + dueSQL + ordered + " ORDER BY c.id LIMIT ?3"
 	}
-	b.WriteString(") RETURNING " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)))
-	return b.String(), sel
+	// Without it (a table with only the contract's indexes) the planner
+	// walks the rowids past every sent row kept. The rows never claimed
+	// (next_retry_at NULL) are one range of the (status, next_retry_at)
+	// index, in rowid order; the others (leased, or waiting out a
+	// backoff: few) another, sorted. The claim takes the oldest of both.
+	return "SELECT id FROM (SELECT id FROM (SELECT c.id FROM " + t + " AS c WHERE c.status = 0 AND c.next_retry_at IS NULL" +
+		ordered + " ORDER BY c.next_retry_at, c.id LIMIT ?3) UNION ALL SELECT id FROM (SELECT c.id FROM " + t +
+		" AS c WHERE c.status = 0 AND c.next_retry_at IS NOT NULL AND " + dueSQL + ordered + " ORDER BY +c.id LIMIT ?3)) ORDER BY id LIMIT ?3"
 }
+
+// dueSQL is "row c is due at ?2".
+const dueSQL = "COALESCE(julianday(c.next_retry_at, 'auto'), 0) <= julianday(?2)"
 
 // claimUpdate is the start of a claim statement on the quoted table t: it
 // counts the attempt and leases the row until ?1, at ?2 (now). The attempt

@@ -92,49 +92,54 @@ func TestOrderedClaimPlans(t *testing.T) {
 }
 
 // TestOrderedClaimBeyondTheWindow writes a deep backlog of one aggregate
-// ahead of twenty others, whose heads lie beyond the walk's window: the pass
-// over the head index finds them, oldest first.
+// ahead of twenty others and leases its first row: the rows at the front of
+// the backlog are then all blocked, so the runs they would make are empty,
+// and the claim takes heads instead; the twenty heads lie beyond the walk's
+// window, and the pass over the head index finds them, oldest first.
 func TestOrderedClaimBeyondTheWindow(t *testing.T) {
 	t.Parallel()
 	s, db := orderedStore(t)
 	writeAgg(t, s, db, "hot", 1000)
-	want := []string{"hot#0"}
+	var want []string
 	for i := range 20 {
 		agg := fmt.Sprintf("a-%02d", i)
 		writeAgg(t, s, db, agg, 2)
 		want = append(want, agg+"#0")
 	}
+	got, hot := orderedClaim(t, s, 1, true)
+	require.Equal(t, []string{"hot#0"}, got)
 	got, msgs := orderedClaim(t, s, 50, true)
-	require.Equal(t, want, got)
-	n, err := s.Ack(t.Context(), outbox.AckParams{Messages: msgs})
+	require.Equal(t, want, got, "the rows blocked behind hot#0 do not starve the other aggregates")
+	n, err := s.Ack(t.Context(), outbox.AckParams{Messages: append(msgs, hot...)})
 	require.NoError(t, err)
 	require.Equal(t, 21, n)
 	got, _ = orderedClaim(t, s, 10, true)
-	require.Equal(t, []string{"hot#1", "a-00#1", "a-01#1", "a-02#1", "a-03#1", "a-04#1", "a-05#1", "a-06#1", "a-07#1", "a-08#1"}, got,
-		"the limit holds, oldest heads first")
+	require.Equal(t, []string{"hot#1", "hot#2", "hot#3", "hot#4", "hot#5", "hot#6", "hot#7", "hot#8", "hot#9", "hot#10"}, got,
+		"a run, up to the limit")
 }
 
-// TestOrderedClaimDeadPolicyBeyondTheWindow checks that the pass over the
-// head index keeps the dead policy: a dead head blocks its aggregate only
-// with BlockOnDead.
+// TestOrderedClaimDeadPolicyBeyondTheWindow checks that runs and the heads
+// step keep the dead policy: a dead row ends its aggregate's run only with
+// BlockOnDead, even with its aggregate's later rows at the front of the
+// backlog.
 func TestOrderedClaimDeadPolicyBeyondTheWindow(t *testing.T) {
 	t.Parallel()
 	s, db := orderedStore(t)
-	writeAgg(t, s, db, "hot", 400)
 	writeAgg(t, s, db, "b", 3)
+	writeAgg(t, s, db, "hot", 400)
 	ctx := t.Context()
-	got, msgs := orderedClaim(t, s, 10, true)
-	require.Equal(t, []string{"hot#0", "b#0"}, got)
-	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: []outbox.Dead{{Message: msgs[1], Reason: "poison"}}}))
-	_, err := s.Ack(ctx, outbox.AckParams{Messages: msgs[:1]})
-	require.NoError(t, err)
+	got, msgs := orderedClaim(t, s, 1, true)
+	require.Equal(t, []string{"b#0"}, got)
+	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: []outbox.Dead{{Message: msgs[0], Reason: "poison"}}}))
 
 	got, msgs = orderedClaim(t, s, 10, true)
-	require.Equal(t, []string{"hot#1"}, got, "the dead b#0 holds b#1 back")
-	_, err = s.Ack(ctx, outbox.AckParams{Messages: msgs})
+	require.Equal(t, []string{"hot#0", "hot#1", "hot#2", "hot#3", "hot#4", "hot#5", "hot#6", "hot#7"}, got,
+		"the dead b#0 holds b#1 back")
+	_, err := s.Ack(ctx, outbox.AckParams{Messages: msgs})
 	require.NoError(t, err)
 	got, _ = orderedClaim(t, s, 10, false)
-	require.Equal(t, []string{"hot#2", "b#1"}, got, "without BlockOnDead b#1 goes past the dead b#0")
+	require.Equal(t, []string{"b#1", "b#2", "hot#8", "hot#9", "hot#10", "hot#11", "hot#12", "hot#13", "hot#14", "hot#15"}, got,
+		"without BlockOnDead b#1 goes past the dead b#0")
 }
 
 // TestOrderedClaimWithoutTheHeadIndex runs ordered claims on a team's table
@@ -155,13 +160,15 @@ func TestOrderedClaimWithoutTheHeadIndex(t *testing.T) {
 	require.NoError(t, err)
 	writeAgg(t, s, db, "hot", 300)
 	writeAgg(t, s, db, "b", 1)
-	got, _ := orderedClaim(t, s, 10, true)
-	require.Equal(t, []string{"hot#0", "b#0"}, got)
+	got, _ := orderedClaim(t, s, 1, true)
+	require.Equal(t, []string{"hot#0"}, got)
+	got, _ = orderedClaim(t, s, 10, true)
+	require.Equal(t, []string{"b#0"}, got, "the walk over the whole backlog finds the head")
 
 	require.NoError(t, s.Migrate(t.Context()))
 	cols, err := s.columns(t.Context(), db)
 	require.NoError(t, err)
 	require.True(t, cols.headIndex)
 	got, _ = orderedClaim(t, s, 10, true)
-	require.Empty(t, got, "hot#0 and b#0 are leased, so nothing else is a head")
+	require.Empty(t, got, "hot#0 and b#0 are leased, so nothing else may go")
 }

@@ -88,6 +88,7 @@ func sqliteTime(tm time.Time) any { return tm.UTC().Format("2006-01-02 15:04:05.
 
 func TestStore(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
+		Runs:    true, // ordered claims return runs (runs.go)
 		Dialect: storetest.SQLite,
 		New: func(t *testing.T) *storetest.Fixture {
 			s, db := newStore(t)
@@ -116,9 +117,9 @@ func TestQualifiedTable(t *testing.T) {
 	require.NoError(t, writeFunc(db, s)(ctx, msg("a", "1"), msg("a", "1"), msg("b", "1"), msg("c", "1")))
 	require.Equal(t, 4, count(t, db, `main."Events_Outbox_2"`))
 
-	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Hour, Ordered: true, BlockOnDead: true})
+	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 3, Lease: time.Hour, Ordered: true, BlockOnDead: true})
 	require.NoError(t, err)
-	require.Len(t, c.Messages, 3, "the heads of a, b and c")
+	require.Len(t, c.Messages, 3, "the runs of a and b, up to the limit")
 	ms := c.Messages
 	n, err := s.Ack(ctx, outbox.AckParams{Messages: ms[:1]})
 	require.NoError(t, err)
@@ -129,7 +130,7 @@ func TestQualifiedTable(t *testing.T) {
 	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: []outbox.Dead{{Message: ms[2], Reason: "x"}}}))
 	c, err = s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Hour})
 	require.NoError(t, err)
-	require.Len(t, c.Messages, 1, "the second row of a")
+	require.Len(t, c.Messages, 1, "the row of c")
 	require.NoError(t, s.Reschedule(ctx, outbox.RescheduleParams{Retries: []outbox.Retry{{Message: c.Messages[0], At: time.Now(), Err: "y"}}}))
 	st, err := s.Stats(ctx)
 	require.NoError(t, err)

@@ -1,0 +1,185 @@
+package mysqlstore
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/outboxkit/outbox"
+)
+
+// An ordered claim hands out runs: for each aggregate, a prefix of its
+// pending rows in id order, starting at its oldest pending row, none of
+// whose rows has an earlier pending row (or dead row, when dead rows block)
+// outside the claim. It runs in its one READ COMMITTED transaction:
+//
+//  1. the unordered claim's locking read (claimSQLs: the first due pending
+//     rows, FOR UPDATE SKIP LOCKED), which locks the candidates;
+//  2. a fresh, non-locking read of the pending (and, when dead rows block,
+//     dead) rows of the candidates' aggregates, each up to its last
+//     candidate (runsSQL);
+//  3. per aggregate, the longest prefix of (2) that (1) locked is kept and
+//     leased; the commit releases the locks of the rest, untouched.
+//
+// Why (2) is a statement of its own: InnoDB's locking reads see the latest
+// committed version of each row, and its plain reads a snapshot. When a
+// writer commits rows k and k+1 of an aggregate while (1) scans, (1) can
+// pass row k while the writer still holds it (and skip it), then lock row
+// k+1, committed by then (docs/guarantees.md, "Found and fixed: ordered
+// claims on MySQL/MariaDB"). Under READ COMMITTED each statement reads a
+// snapshot taken when it starts, and (2) starts after (1) returned: every
+// transaction whose rows (1) locked had committed by then, with all of its
+// rows, so row k is in (2) and, not locked by (1), ends the run before k+1.
+// A row another claim holds (locked, or leased and so not due) or one in
+// backoff is pending in (2) and not in (1): it ends its run too.
+//
+// When (1) came back full and (2) kept fewer rows than the limit, the
+// candidates were mostly rows blocked behind an earlier row (a head in
+// backoff, leased, or dead under DeadBlocks): a claim that stopped there
+// would hand out nothing while the blocked rows fill the front of the
+// backlog. So the claim then also takes heads the way ordered claims always
+// did (ordered.go: a window of the due rows and a loose scan of the head
+// index, or on a table without it the walk that probes each row), and runs
+// (2) and (3) again over everything it locked.
+
+// lockedRow is a row an ordered claim locked, with its aggregate.
+type lockedRow struct {
+	id       int64
+	agg      aggKey
+	nullAgg  bool // aggregate_type or aggregate_id is NULL: a malformed row, its own run
+	message  *outbox.Message
+	malforms error // non-nil: the row goes to Claim.Malformed
+}
+
+// aggKey is an aggregate, compared byte for byte.
+type aggKey struct{ typ, id string }
+
+// runsSQL returns step (2) of an ordered claim for n aggregates: its
+// parameters are, per aggregate, its type, its id and its last candidate's
+// id. Its rows are (id, aggregate_type, aggregate_id).
+//
+// With the head index it reads, per status and aggregate, one range of the
+// index up to the last candidate: the aggregate's pending (or dead) rows
+// before it, which are the run's rows and whatever ends the run, never a
+// sent row. Without it (a table with only the contract's indexes, whose
+// (aggregate_type, aggregate_id) index would lead through every sent row an
+// aggregate kept), it reads the contract's (status, next_retry_at) index,
+// which InnoDB ends with the primary key: the rows never claimed up to the
+// last candidate (one range), the other pending rows (leased, in backoff, due
+// again: about what is in flight) and the dead rows, each checked against the
+// aggregates after its primary key lookup. Either way the read is bounded by
+// the rows in front of the claim (in flight, locked by other claims, waiting
+// or dead), not by the sent rows the table keeps.
+func (s *Store) runsSQL(info tableInfo, p outbox.ClaimParams, n int) string {
+	t := s.table.quoted()
+	tuples := strings.TrimSuffix(strings.Repeat("(h.aggregate_type = ? AND h.aggregate_id = ? AND h.id <= ?) OR ", n), " OR ")
+	blocking := "0"
+	if p.BlockOnDead {
+		blocking = "0, 2"
+	}
+	const cols = "SELECT h.id, h.aggregate_type, h.aggregate_id FROM "
+	if info.headIndex != "" || info.statusIndex == "" || !info.pkID {
+		force := ""
+		if info.headIndex != "" {
+			force = " FORCE INDEX (" + quoteIdent(info.headIndex) + ")"
+		}
+		return cols + t + " AS h" + force + " WHERE h.status IN (" + blocking + ") AND (" + tuples + ")"
+	}
+	force := " FORCE INDEX (" + quoteIdent(info.statusIndex) + ")"
+	part := func(cond string) string {
+		return cols + t + " AS h" + force + " WHERE " + cond + " AND h.id <= ? AND (" + tuples + ")"
+	}
+	q := part("h.status = 0 AND h.next_retry_at IS NULL") + " UNION ALL " + part("h.status = 0 AND h.next_retry_at IS NOT NULL")
+	if p.BlockOnDead {
+		q += " UNION ALL " + part("h.status = 2")
+	}
+	return q
+}
+
+// runsParts is how many times runsSQL's statement repeats its parameters.
+func runsParts(info tableInfo, p outbox.ClaimParams) int {
+	if info.headIndex != "" || info.statusIndex == "" || !info.pkID {
+		return 1
+	}
+	if p.BlockOnDead {
+		return 3
+	}
+	return 2
+}
+
+// keepRuns runs steps (2) and (3) over the rows the claim locked and returns
+// the rows to lease, in id order, at most limit.
+func (s *Store) keepRuns(ctx context.Context, tx *sql.Tx, info tableInfo, p outbox.ClaimParams,
+	locked map[int64]*lockedRow) ([]*lockedRow, error) {
+	if s.afterLock != nil {
+		s.afterLock()
+	}
+	last := map[aggKey]int64{} // each aggregate's last candidate
+	var kept []*lockedRow
+	for _, r := range locked {
+		if r.nullAgg {
+			kept = append(kept, r) // no aggregate to order by: decoding fails, the relay kills it
+			continue
+		}
+		last[r.agg] = max(last[r.agg], r.id)
+	}
+	aggs := make([]aggKey, 0, len(last))
+	for a := range last {
+		aggs = append(aggs, a)
+	}
+	slices.SortFunc(aggs, func(a, b aggKey) int { return cmp.Or(cmp.Compare(a.typ, b.typ), cmp.Compare(a.id, b.id)) })
+	pending := map[aggKey][]int64{} // step (2): each aggregate's pending (and dead) rows up to its last candidate
+	parts := runsParts(info, p)
+	for lo := 0; lo < len(aggs); lo += s.chunk {
+		chunk := aggs[lo:min(lo+s.chunk, len(aggs))]
+		var hi int64
+		var tuples []any
+		for _, a := range chunk {
+			tuples = append(tuples, a.typ, a.id, last[a])
+			hi = max(hi, last[a])
+		}
+		var args []any
+		for range parts {
+			if parts > 1 {
+				args = append(args, hi)
+			}
+			args = append(args, tuples...)
+		}
+		rows, err := tx.QueryContext(ctx, s.runsSQL(info, p, len(chunk)), args...)
+		if err != nil {
+			return nil, fmt.Errorf("read runs: %w", err)
+		}
+		for rows.Next() {
+			var id int64
+			var a aggKey
+			if err := rows.Scan(&id, &a.typ, &a.id); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("read runs: %w", err)
+			}
+			if l, ok := last[a]; ok && id <= l {
+				pending[a] = append(pending[a], id)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("read runs: %w", err)
+		}
+		rows.Close()
+	}
+	// Step (3): per aggregate, the longest prefix that the claim locked.
+	for _, ids := range pending {
+		slices.Sort(ids)
+		for _, id := range ids {
+			r, ok := locked[id]
+			if !ok {
+				break
+			}
+			kept = append(kept, r)
+		}
+	}
+	slices.SortFunc(kept, func(a, b *lockedRow) int { return cmp.Compare(a.id, b.id) })
+	// Cutting at an id keeps every run a prefix: a run's earlier rows have smaller ids.
+	return kept[:min(len(kept), p.Limit)], nil
+}

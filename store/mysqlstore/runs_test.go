@@ -1,0 +1,193 @@
+package mysqlstore
+
+import (
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/runcheck"
+)
+
+// contractStore returns a Store on a table of the test's own with only the
+// contract's columns and indexes (the seed's DDL).
+func contractStore(t *testing.T) (*Store, *sql.DB) {
+	t.Helper()
+	db := testDB(t)
+	_, err := db.Exec(`CREATE TABLE outbox_message (
+		id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, message_id VARCHAR(64) NOT NULL UNIQUE,
+		aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(64) NOT NULL, event_type VARCHAR(64) NOT NULL,
+		payload JSON NOT NULL, status TINYINT NOT NULL DEFAULT 0, retry_count INT NOT NULL DEFAULT 0,
+		next_retry_at DATETIME(6) NULL, created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+		updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
+		INDEX (status, next_retry_at), INDEX (aggregate_type, aggregate_id)) ENGINE = InnoDB`)
+	require.NoError(t, err)
+	s, err := New(db)
+	require.NoError(t, err)
+	return s, db
+}
+
+// bothTables runs f on a migrated table and on one with only the contract's indexes.
+func bothTables(t *testing.T, f func(t *testing.T, s *Store, db *sql.DB)) {
+	runcheck.BothTables(t, orderedStore, contractStore, f)
+}
+
+// TestRunsClaim checks what ends a run: nothing, when nothing blocks; a row
+// leased by another claim, locked by a concurrent claim, waiting out a
+// backoff, or dead under BlockOnDead; and the limit, which cuts runs by id.
+func TestRunsClaim(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		blockOnDead bool
+		limit       int
+		// block does something to a#0 (id ids[0]) and a#1 before the claim;
+		// it may return a function that undoes it after the claim.
+		block func(t *testing.T, s *Store, db *sql.DB, a []*outbox.Message) func()
+		want  []string
+	}{
+		{name: "NothingBlocks", limit: 10, want: []string{"a#0", "b#0", "a#1", "b#1", "a#2", "c#0"}},
+		{name: "LimitCutsByID", limit: 4, want: []string{"a#0", "b#0", "a#1", "b#1"}},
+		{name: "Acknowledged", limit: 10, want: []string{"b#0", "a#1", "b#1", "a#2", "c#0"},
+			block: func(t *testing.T, s *Store, _ *sql.DB, a []*outbox.Message) func() {
+				_, err := s.Ack(t.Context(), outbox.AckParams{Messages: a[:1]})
+				require.NoError(t, err)
+				return nil
+			}},
+		{name: "Leased", limit: 10, want: []string{"b#0", "b#1", "c#0"},
+			block: func(*testing.T, *Store, *sql.DB, []*outbox.Message) func() { return nil }}, // a#0 stays leased
+		{name: "Backoff", limit: 10, want: []string{"b#0", "b#1", "c#0"},
+			block: func(t *testing.T, s *Store, _ *sql.DB, a []*outbox.Message) func() {
+				reschedule(t, s, a[0], time.Now().Add(time.Hour))
+				return nil
+			}},
+		{name: "DeadBlocks", blockOnDead: true, limit: 10, want: []string{"b#0", "b#1", "c#0"},
+			block: func(t *testing.T, s *Store, _ *sql.DB, a []*outbox.Message) func() {
+				require.NoError(t, s.Kill(t.Context(), outbox.KillParams{Dead: []outbox.Dead{{Message: a[0], Reason: "poison"}}}))
+				return nil
+			}},
+		{name: "DeadSkipped", limit: 10, want: []string{"b#0", "a#1", "b#1", "a#2", "c#0"},
+			block: func(t *testing.T, s *Store, _ *sql.DB, a []*outbox.Message) func() {
+				require.NoError(t, s.Kill(t.Context(), outbox.KillParams{Dead: []outbox.Dead{{Message: a[0], Reason: "poison"}}}))
+				return nil
+			}},
+		{name: "LockedByAConcurrentClaim", limit: 10, want: []string{"a#0", "b#0", "b#1", "c#0"},
+			block: func(t *testing.T, s *Store, db *sql.DB, a []*outbox.Message) func() {
+				reschedule(t, s, a[0], time.Now().Add(-time.Minute)) // due again
+				tx, err := db.BeginTx(t.Context(), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+				require.NoError(t, err)
+				var id int64
+				require.NoError(t, tx.QueryRowContext(t.Context(), "SELECT id FROM outbox_message WHERE message_id = 'a-1' FOR UPDATE").Scan(&id))
+				return func() { require.NoError(t, tx.Rollback()) }
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			bothTables(t, func(t *testing.T, s *Store, db *sql.DB) {
+				writeRows(t, s, db, "a#0", "b#0", "a#1", "b#1", "a#2", "c#0")
+				if tc.block != nil {
+					_, a := claimOrdered(t, s, 1, tc.blockOnDead) // a#0, leased
+					if undo := tc.block(t, s, db, a); undo != nil {
+						defer undo()
+					}
+				}
+				got, _ := claimOrdered(t, s, tc.limit, tc.blockOnDead)
+				require.Equal(t, tc.want, got)
+			})
+		})
+	}
+}
+
+// reschedule makes m due at at.
+func reschedule(t *testing.T, s *Store, m *outbox.Message, at time.Time) {
+	t.Helper()
+	require.NoError(t, s.Reschedule(t.Context(), outbox.RescheduleParams{Retries: []outbox.Retry{{Message: m, At: at}}}))
+}
+
+// writeRows commits one message per "agg#n", in one transaction, in order.
+func writeRows(t *testing.T, s *Store, db *sql.DB, rows ...string) {
+	t.Helper()
+	var msgs []*outbox.Message
+	for _, r := range rows {
+		var agg, n string
+		for i := range r {
+			if r[i] == '#' {
+				agg, n = r[:i], r[i+1:]
+			}
+		}
+		msgs = append(msgs, &outbox.Message{MessageID: agg + "-" + n, AggregateType: "order", AggregateID: agg,
+			EventType: "E", Payload: []byte(n)})
+	}
+	tx, err := db.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	require.NoError(t, outbox.NewWriter[*sql.Tx](s).Write(t.Context(), tx, msgs...))
+	require.NoError(t, tx.Commit())
+}
+
+// TestRunsClaimConcurrent runs ordered claimers side by side while writers
+// commit (runcheck.Violations): no message may be claimed before its
+// predecessor was confirmed.
+func TestRunsClaimConcurrent(t *testing.T) {
+	t.Parallel()
+	bothTables(t, func(t *testing.T, s *Store, db *sql.DB) {
+		require.Zero(t, runcheck.Violations(t, s, runcheck.SQLWrite(db, outbox.NewWriter[*sql.Tx](s))), "messages claimed before their predecessor was confirmed")
+	})
+}
+
+// TestRunsReadSkipsSentRows runs the read of runs (runsSQL) with ANALYZE on
+// a table that keeps 4,000 sent rows of the same aggregates before 1,000
+// pending ones: it must read the pending rows in front of the claim, not
+// the aggregates' history, on both tables (the head index; the contract's
+// (status, next_retry_at) index).
+func TestRunsReadSkipsSentRows(t *testing.T) {
+	t.Parallel()
+	bothTables(t, func(t *testing.T, s *Store, db *sql.DB) {
+		ctx := t.Context()
+		_, err := db.ExecContext(ctx, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload, status)
+			WITH d(n) AS (SELECT 0 UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+				UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9),
+			n(i) AS (SELECT 1 + a.n + 10 * b.n + 100 * c.n + 1000 * e.n FROM d AS a, d AS b, d AS c, d AS e)
+			SELECT CONCAT('m', i), 'order', CONCAT('a', i % 50), 'E', '{}', IF(i <= 4000, 1, 0) FROM n WHERE i <= 5000 ORDER BY i`)
+		require.NoError(t, err)
+		_, err = db.ExecContext(ctx, "ANALYZE TABLE outbox_message")
+		require.NoError(t, err)
+		info, err := s.tableInfo(ctx, db)
+		require.NoError(t, err)
+		p := outbox.ClaimParams{Limit: 10, Ordered: true, BlockOnDead: true}
+		// Three aggregates, each up to its second pending row.
+		var tuples []any
+		for _, agg := range []int{1, 2, 3} {
+			tuples = append(tuples, "order", fmt.Sprint("a", agg), 4000+agg+50)
+		}
+		var args []any
+		for range runsParts(info, p) {
+			if runsParts(info, p) > 1 {
+				args = append(args, 4053)
+			}
+			args = append(args, tuples...)
+		}
+		conn, err := db.Conn(ctx)
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = conn.ExecContext(ctx, "FLUSH STATUS")
+		require.NoError(t, err)
+		rows, err := conn.QueryContext(ctx, s.runsSQL(info, p, 3), args...)
+		require.NoError(t, err)
+		got := 0
+		for rows.Next() {
+			got++
+		}
+		require.NoError(t, rows.Err())
+		rows.Close()
+		require.Equal(t, 6, got, "two pending rows of each aggregate")
+		// Index entries and rows read, by every access method.
+		var read float64
+		require.NoError(t, conn.QueryRowContext(ctx, `SELECT SUM(variable_value) FROM information_schema.session_status
+			WHERE variable_name IN ('HANDLER_READ_FIRST', 'HANDLER_READ_KEY', 'HANDLER_READ_NEXT', 'HANDLER_READ_PREV', 'HANDLER_READ_RND', 'HANDLER_READ_RND_NEXT')`).Scan(&read))
+		t.Logf("read %v", read)
+		require.LessOrEqual(t, read, 150.0, "index entries and rows the read of runs read")
+	})
+}
