@@ -102,6 +102,8 @@ func defaultRelayConfig() relayConfig {
 		probeInterval:    DefaultProbeInterval,
 		maxProbeInterval: DefaultMaxProbeInterval,
 		maxPayload:       DefaultMaxPayloadSize,
+		ordered:          true,
+		deadPolicy:       DeadBlocks,
 		logger:           slog.New(slog.DiscardHandler),
 	}
 }
@@ -291,7 +293,7 @@ func WithProbeInterval(first, max time.Duration) RelayOption {
 // audit trail for `outbox archive`. Default: false (keep).
 func WithDeleteSent(del bool) RelayOption { return func(c *relayConfig) { c.deleteSent = del } }
 
-// WithOrdering turns on per-aggregate ordering: for each aggregate (a row's
+// WithOrdering turns per-aggregate ordering on or off: for each aggregate (a row's
 // aggregate_type and aggregate_id together), message k+1 is never published
 // before the broker confirmed message k, in the order the rows were written,
 // with any number of relays and across retries. Messages of different
@@ -299,8 +301,10 @@ func WithDeleteSent(del bool) RelayOption { return func(c *relayConfig) { c.dele
 // it only tells the broker where to put a message, so keep it equal to the
 // aggregate id (the default) or coarser, or the broker may spread out what
 // the relay kept in order. policy says what a dead message does to its
-// aggregate's later messages. Default: off (docs/ordering.md says why, and
-// what writers must do so that write order is commit order).
+// aggregate's later messages. Default: on, with DeadBlocks;
+// WithOrdering(false, 0) turns it off for the last bit of throughput
+// (docs/ordering.md says what it costs, and what writers must do so that
+// write order is commit order).
 func WithOrdering(on bool, policy DeadPolicy) RelayOption {
 	return func(c *relayConfig) { c.ordered, c.deadPolicy = on, policy }
 }

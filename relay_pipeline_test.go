@@ -81,7 +81,7 @@ func TestRelayPipeline(t *testing.T) {
 	b.write(t, many(100)...)
 	pub := newGatePublisher()
 	st := &ackLog{Store: b.store}
-	r := fastRelay(t, st, pub, outbox.WithBatchSize(10), outbox.WithMaxInFlight(3))
+	r := fastRelay(t, st, pub, outbox.WithBatchSize(10), outbox.WithMaxInFlight(3), outbox.WithOrdering(false, outbox.DeadBlocks))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()

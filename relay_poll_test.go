@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -25,6 +26,9 @@ type clockStore struct {
 	nextID  int64
 	claims  []claimAt
 	limits  []int // each claim's limit
+	// aggregates, when set, spreads the rows add commits round robin over
+	// this many aggregates; otherwise they all belong to one.
+	aggregates int
 }
 
 type claimAt struct {
@@ -40,8 +44,12 @@ func (s *clockStore) add(n int) []*outbox.Message {
 	defer s.mu.Unlock()
 	for range n {
 		s.nextID++
+		agg := "1"
+		if s.aggregates > 0 {
+			agg = strconv.FormatInt(s.nextID%int64(s.aggregates), 10)
+		}
 		s.pending = append(s.pending, &outbox.Message{RowID: s.nextID, MessageID: outbox.NewMessageID(),
-			AggregateType: "order", AggregateID: "1", EventType: "ORDER_PAID", Payload: []byte(`{}`)})
+			AggregateType: "order", AggregateID: agg, EventType: "ORDER_PAID", Payload: []byte(`{}`)})
 	}
 	return s.pending[len(s.pending)-n:]
 }
@@ -149,7 +157,7 @@ func TestRelayAdaptivePolling(t *testing.T) {
 				st := newClockStore()
 				st.add(tc.rows)
 				pub := outboxtest.NewPublisher()
-				r, err := outbox.NewRelay(st, pub, outbox.WithBatchSize(10), outbox.WithPollInterval(tc.poll),
+				r, err := outbox.NewRelay(st, pub, outbox.WithOrdering(false, outbox.DeadBlocks), outbox.WithBatchSize(10), outbox.WithPollInterval(tc.poll),
 					outbox.WithMinPollInterval(10*time.Millisecond))
 				require.NoError(t, err)
 				runFor(t, r, tc.runFor, nil)
@@ -168,7 +176,7 @@ func TestRelayNotifyCutsTheWaitAndCoalesces(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newClockStore()
 		pub := outboxtest.NewPublisher()
-		r, err := outbox.NewRelay(st, pub, outbox.WithPollInterval(time.Hour))
+		r, err := outbox.NewRelay(st, pub, outbox.WithPollInterval(time.Hour), outbox.WithOrdering(false, outbox.DeadBlocks))
 		require.NoError(t, err)
 		runFor(t, r, 10*time.Second, func() {
 			synctest.Wait() // the first claim happened; the relay sleeps for an hour
@@ -282,7 +290,7 @@ func TestRelaySizesItself(t *testing.T) {
 				st := newClockStore()
 				st.add(rows)
 				pub := &busyPublisher{Publisher: outboxtest.NewPublisher(), d: 20 * time.Millisecond}
-				r, err := outbox.NewRelay(st, pub, tc.opts...)
+				r, err := outbox.NewRelay(st, pub, append([]outbox.RelayOption{outbox.WithOrdering(false, outbox.DeadBlocks)}, tc.opts...)...) // sizing, not ordering
 				require.NoError(t, err)
 				runFor(t, r, time.Minute, nil)
 				require.Equal(t, rows, pub.Count())

@@ -121,6 +121,7 @@ func (s *trickle) quantile(q float64) time.Duration {
 func (s *trickle) run(t *testing.T, d time.Duration, opts ...outbox.RelayOption) {
 	t.Helper()
 	s.clockStore, s.committed = newClockStore(), map[string]time.Duration{}
+	s.clockStore.aggregates = 100 // a service's orders, not one hot order: ordering publishes one aggregate's rows one wave each
 	r, err := outbox.NewRelay(s, s, opts...)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -167,11 +168,7 @@ func TestRelayTrickleLatency(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					s := &trickle{every: tc.every, group: int(tc.every / time.Millisecond), claim: ms(2), pub: us(500),
 						ack: ms(2), jitter: rand.New(rand.NewPCG(seed, 16)), stall: tc.stall, stallEvery: time.Second}
-					var opts []outbox.RelayOption
-					if tc.ordered {
-						opts = append(opts, outbox.WithOrdering(true, outbox.DeadBlocks))
-					}
-					s.run(t, writing, opts...)
+					s.run(t, writing, outbox.WithOrdering(tc.ordered, outbox.DeadBlocks))
 					p99 += s.quantile(0.99)
 					claims += len(s.history())
 				})

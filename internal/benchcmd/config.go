@@ -250,6 +250,7 @@ func (c Config) validate() error {
 	check(!c.Adaptive || c.BatchSize >= outbox.DefaultMinBatchSize,
 		"batch: %d is below the smallest batch of an adaptive relay (%d)", c.BatchSize, outbox.DefaultMinBatchSize)
 	check(!c.HeldClaims || !c.BatchLease, "held claims exclude batch leases (two ways of claiming; choose one)")
+	check(!c.HeldClaims || !c.Ordering, "held claims need --ordering=false (ordered claims lease their rows; they are never held)")
 	check(c.Aggregates >= 1 && c.Aggregates <= 100_000_000, "aggregates: %d is not between 1 and 100000000", c.Aggregates)
 	check(c.Count >= 1 && c.Count <= 100, "count: %d is not between 1 and 100", c.Count)
 	if c.Matrix != "" {

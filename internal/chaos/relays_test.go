@@ -70,9 +70,8 @@ func startRelays(t *testing.T, dir, dbURL, brokerURL string, cfg relayConfig) *r
 	if cfg.maxConns > 0 {
 		args = append(args, "--db-max-conns", strconv.Itoa(cfg.maxConns))
 	}
-	if cfg.ordered {
-		args = append(args, "--ordering")
-	}
+	// Ordering is on by default: the unordered cells turn it off.
+	args = append(args, "--ordering="+strconv.FormatBool(cfg.ordered))
 	if cfg.held {
 		args = append(args, "--held-claims")
 	}

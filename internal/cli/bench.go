@@ -39,7 +39,7 @@ func benchCommand() *ucli.Command {
 			&ucli.BoolFlag{Name: "reference", Usage: "PostgreSQL: also drain with the reference loop (one DELETE … RETURNING per batch, then publish it), a yardstick of the machine"},
 			&ucli.IntFlag{Name: "relays", Usage: "relays sharing the table", Value: benchcmd.DefaultRelays},
 			&ucli.IntFlag{Name: "batch", Usage: "the relay's batch size", Value: benchcmd.DefaultBatchSize},
-			&ucli.BoolFlag{Name: "ordering", Usage: "per-aggregate ordering in the relay (--ordering=false: off)"},
+			&ucli.BoolFlag{Name: "ordering", Value: true, Usage: "per-aggregate ordering in the relay, on by default as in the relay (--ordering=false: off)"},
 			&ucli.IntFlag{Name: "aggregates", Usage: "aggregates the messages are spread over, round-robin", Value: benchcmd.DefaultAggregates},
 			&ucli.StringFlag{Name: "matrix", Usage: "run a matrix of drains instead of the tests: a preset (" + benchcmd.MatrixShapes +
 				": the library's defaults then batch 1000 with 4 in flight, ordering off and on; " + benchcmd.MatrixOrdering +

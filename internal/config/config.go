@@ -246,7 +246,8 @@ type Config struct {
 	// ArchiveDelete makes the scheduled archive delete the rows instead of
 	// moving them, and creates no archive table. Default: false.
 	ArchiveDelete bool `yaml:"archive_delete"`
-	// Ordering turns on per-aggregate ordering. Default: false.
+	// Ordering keeps each aggregate's messages in order (outbox.WithOrdering).
+	// Default: true.
 	Ordering bool `yaml:"ordering"`
 	// DeadPolicy is "block" or "skip": what ordered delivery does with an
 	// aggregate whose head message is dead. Default: DefaultDeadPolicy.
@@ -377,6 +378,7 @@ func Default() *Config {
 		Table:            DefaultTable,
 		Source:           DefaultSource,
 		CDCFailoverAfter: DefaultCDCFailoverAfter,
+		Ordering:         true,
 		Relays:           DefaultRelays,
 		MinBatchSize:     outbox.DefaultMinBatchSize,
 		MaxBatchSize:     outbox.DefaultMaxBatchSize,

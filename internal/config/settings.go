@@ -101,7 +101,7 @@ var fields = []field{
 		func(c *Config) any { return &c.ArchiveBatch }},
 	{Setting{Key: "archive_delete", Usage: "delete old sent rows instead of moving them to the archive table", Bool: true},
 		func(c *Config) any { return &c.ArchiveDelete }},
-	{Setting{Key: "ordering", Usage: "keep each aggregate's messages in order", Bool: true},
+	{Setting{Key: "ordering", Usage: "keep each aggregate's messages in order (--ordering=false: off, for the last bit of throughput)", Bool: true},
 		func(c *Config) any { return &c.Ordering }},
 	{Setting{Key: "dead_policy", Usage: "with ordering, `POLICY` for the messages behind a dead one: block or skip"},
 		func(c *Config) any { return &c.DeadPolicy }},

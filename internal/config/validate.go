@@ -392,6 +392,9 @@ func (c *Config) validateRelay(p *problems) {
 	if c.HeldClaims && c.BatchLease {
 		p.add("held_claims", "excludes batch_lease: they are two ways of claiming; choose one")
 	}
+	if c.HeldClaims && c.Ordering {
+		p.add("held_claims", "needs ordering: false (ordered claims lease their rows; they are never held)")
+	}
 	if c.DeadPolicy != "block" && c.DeadPolicy != "skip" {
 		p.add("dead_policy", "%q is not block or skip", c.DeadPolicy)
 	}

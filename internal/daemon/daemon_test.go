@@ -319,7 +319,7 @@ func TestRunPostgresHeldClaims(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 
 	cfg := baseConfig(config.NewSecret(dsn), stream.broker("events"))
-	cfg.HeldClaims = true
+	cfg.HeldClaims, cfg.Ordering = true, false // held claims are for unordered relays
 	cfg.Relays, cfg.MaxInFlight, cfg.BatchSize = 2, 4, 25
 	_, logs, stop := startLogged(t, cfg)
 	testsvc.Eventually(t, 30*time.Second, func() bool {
