@@ -53,7 +53,7 @@ func ExampleWithBatchLease() {
 // Draining a large backlog fastest: each batch is locked in a transaction
 // held open while it is published, and settled in it, so every row is
 // written once. The pool needs a connection per batch in flight (4 here)
-// besides the service's own; `outbox bench --held-claims --delete-sent`
+// besides the service's own; `outbox bench --held-claims --ordering=false --delete-sent`
 // measures it on your own database and broker.
 func ExampleWithHeldClaims() {
 	ctx := context.Background()
