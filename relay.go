@@ -186,6 +186,47 @@ func (r *Relay) storeErr(sctx context.Context, err error) error {
 	}
 }
 
+// storeAbandon is how long after a store call's context ended the relay
+// still waits for the call to return before it goes on without it.
+const storeAbandon = time.Second
+
+// errAbandoned is returned by bounded for a call that outlived its context.
+var errAbandoned = errors.New("outbox: the database call ignored its deadline; the relay went on without it")
+
+// bounded runs a store call and returns its result, or errAbandoned (with
+// the context's cause) once ctx has been done for storeAbandon: a driver
+// call that ignores its context must not hold the relay, nor a stop. Go's
+// database/sql commits without a context, and go-sql-driver/mysql then waits
+// for its socket's read timeout (a minute by default in the daemon) when
+// the database stops answering mid-commit. The abandoned call goes on in
+// the background and ends with its connection; what it claimed waits out
+// its lease, what it settled is settled, as after any lost answer.
+func bounded[T any](ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := call(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case res := <-done:
+		return res.v, res.err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(storeAbandon)
+	defer t.Stop()
+	select {
+	case res := <-done:
+		return res.v, res.err
+	case <-t.C:
+		var zero T
+		return zero, fmt.Errorf("%w: %w", errAbandoned, context.Cause(ctx))
+	}
+}
+
 // pipeline is one Run: the claim loop, on Run's goroutine, and a goroutine
 // per batch in flight that publishes the batch and settles it.
 type pipeline struct {
@@ -509,14 +550,16 @@ func (r *Relay) claim(ctx, in context.Context, limit int, chain []int64) (*batch
 	start := time.Now()
 	cctx, cancel := r.storeContext(in)
 	defer cancel()
-	claim, err := r.store.Claim(cctx, ClaimParams{
-		Limit:       limit,
-		Lease:       r.cfg.lease,
-		Ordered:     r.cfg.ordered,
-		BlockOnDead: r.cfg.ordered && r.cfg.deadPolicy == DeadBlocks,
-		Chain:       chain,
-		Delete:      r.cfg.deleteSent,
-		MaxPayload:  r.cfg.maxPayload,
+	claim, err := bounded(cctx, func(cctx context.Context) (*Claim, error) {
+		return r.store.Claim(cctx, ClaimParams{
+			Limit:       limit,
+			Lease:       r.cfg.lease,
+			Ordered:     r.cfg.ordered,
+			BlockOnDead: r.cfg.ordered && r.cfg.deadPolicy == DeadBlocks,
+			Chain:       chain,
+			Delete:      r.cfg.deleteSent,
+			MaxPayload:  r.cfg.maxPayload,
+		})
 	})
 	if ctx.Err() == nil {
 		r.claimDone(err)
@@ -635,10 +678,16 @@ func (r *Relay) settle(ctx, bctx context.Context, b *batch) (ev BatchEvent, unav
 	sctx, cancel := r.storeContext(bctx)
 	defer cancel()
 	refunds := append(f.refunds[:len(f.refunds):len(f.refunds)], f.heldBack...)
-	if b.held != nil {
-		err = r.settleHeld(sctx, b.held, &ev, f.sent, f.retries, refunds, f.dead)
-	} else {
-		err = r.settleEach(sctx, &ev, f.sent, f.retries, refunds, f.dead)
+	before := ev // the call's own copy: an abandoned call must not share ev
+	settled, err := bounded(sctx, func(sctx context.Context) (BatchEvent, error) {
+		ev := before
+		if b.held != nil {
+			return ev, r.settleHeld(sctx, b.held, &ev, f.sent, f.retries, refunds, f.dead)
+		}
+		return ev, r.settleEach(sctx, &ev, f.sent, f.retries, refunds, f.dead)
+	})
+	if err == nil || !errors.Is(err, errAbandoned) {
+		ev = settled
 	}
 	err = r.storeErr(sctx, err)
 	ev.Err = err

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -23,20 +24,31 @@ import (
 type stallingStore struct {
 	outbox.Store
 	claims, acks atomic.Bool
+	// deaf, when not nil, makes stalled calls ignore their ctx and wait for
+	// deaf to be closed instead, as database/sql's Commit, which takes no
+	// context, does on a connection that gets no answer.
+	deaf chan struct{}
+}
+
+func (s *stallingStore) stall(ctx context.Context) error {
+	if s.deaf != nil {
+		<-s.deaf
+		return errors.New("connection reset")
+	}
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 func (s *stallingStore) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
 	if s.claims.Load() {
-		<-ctx.Done()
-		return nil, ctx.Err()
+		return nil, s.stall(ctx)
 	}
 	return s.Store.Claim(ctx, p)
 }
 
 func (s *stallingStore) Ack(ctx context.Context, p outbox.AckParams) (int, error) {
 	if s.acks.Load() {
-		<-ctx.Done()
-		return 0, ctx.Err()
+		return 0, s.stall(ctx)
 	}
 	return s.Store.Ack(ctx, p)
 }
@@ -80,6 +92,48 @@ func TestRelayClaimTimesOutWithWarning(t *testing.T) {
 	require.Zero(t, pub.Count())
 	st.claims.Store(false)
 	testsvc.Eventually(t, 10*time.Second, func() bool { return b.count(t, "status = 1") == 5 }, "delivered once the database answers")
+}
+
+// A claim or acknowledgement that ignores its deadline does not hold the
+// relay: a second after the store timeout the relay goes on without it,
+// warns, and a stop returns in time.
+func TestRelayGoesOnWithoutADeafStoreCall(t *testing.T) {
+	t.Parallel()
+	const storeTimeout = 200 * time.Millisecond
+	for _, call := range []string{"Claim", "Ack"} {
+		t.Run(call, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			st := &stallingStore{Store: b.store, deaf: make(chan struct{})}
+			t.Cleanup(func() { close(st.deaf) })
+			if call == "Claim" {
+				st.claims.Store(true)
+			} else {
+				st.acks.Store(true)
+			}
+			logs := &logBuffer{}
+			r := fastRelay(t, st, outboxtest.NewPublisher(), outbox.WithStoreTimeout(storeTimeout),
+				outbox.WithLogger(slog.New(slog.NewJSONHandler(logs, nil))))
+			b.write(t, many(3)...)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- r.Run(ctx) }()
+			testsvc.Eventually(t, 5*time.Second, func() bool {
+				return strings.Contains(logs.String(), "the database call ignored its deadline")
+			}, "the relay went on without the call, and said so")
+			stopped := time.Now()
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+				// A claim started just before the stop may take its store
+				// timeout and the second the relay waits for a deaf call.
+				require.Less(t, time.Since(stopped), storeTimeout+time.Second+outbox.DefaultPublishTimeout+outbox.StopGrace)
+			case <-time.After(30 * time.Second):
+				t.Fatal("Run did not return after its stop: it waits for a call that ignores its deadline")
+			}
+		})
+	}
 }
 
 // A stop finishes within the publish timeout plus StopGrace even when the
