@@ -189,6 +189,7 @@ func runChildRelay() int {
 	}
 	hook := &stdoutHook{enc: json.NewEncoder(os.Stdout)}
 	relay, err := outbox.NewRelay(st, &pausingPublisher{Publisher: np, hook: hook, pause: cfg.PauseAfterPublish},
+		outbox.WithOrdering(false, outbox.DeadBlocks), // as runRelay: these tests count leases and fences
 		outbox.WithBatchSize(cfg.Batch), outbox.WithLease(cfg.Lease), outbox.WithPublishTimeout(cfg.PublishTimeout),
 		outbox.WithPollInterval(cfg.Poll), outbox.WithBackoff(50*time.Millisecond, time.Second), outbox.WithHooks(hook))
 	if err != nil {

@@ -180,7 +180,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			"Times the relay found the broker down and paused."),
 		publishedVec: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "outbox_relay_published_total",
-			Help:        "Messages the relay tried to publish, by result (sent, retry, dead, unavailable) and destination.",
+			Help:        "Messages the relay tried to publish, by result (sent, retry, dead, unavailable; held_back: given back unpublished behind a failed message of its aggregate) and destination.",
 			ConstLabels: labels,
 		}, []string{"result", "destination"}),
 		attempt: histogram("outbox_relay_publish_attempt",

@@ -8,8 +8,8 @@
 //
 // [Source.Run] keeps one replication connection streaming the slot. Each
 // inserted row whose status is 0 becomes an entry of an in-memory window,
-// in commit order. [Source.Claim] hands entries out (with ordering, only the
-// first unsettled one of each aggregate); Ack, Reschedule and Kill settle
+// in commit order. [Source.Claim] hands entries out (with ordering, each
+// aggregate's run up to its first entry in flight or waiting for a retry); Ack, Reschedule and Kill settle
 // them: kept rows are marked sent or dead in the table in one statement per
 // batch, rows that the writer deleted in its own transaction
 // (outbox.WithDeleteAfterInsert) leave nothing to mark, and a dead one is

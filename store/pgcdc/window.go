@@ -137,8 +137,9 @@ func (w *window) reset() {
 
 // candidates returns up to limit entries the relay may be handed now, in
 // commit order: ready ones, and rescheduled ones that are due. With ordered,
-// only the first unsettled entry of each aggregate qualifies, so that a
-// message waiting for a retry holds back its aggregate's later ones.
+// each aggregate contributes a run: its entries up to the first one in
+// flight or waiting for a retry, which holds back the later ones; the relay
+// publishes a run in waves (message k+1 after the broker confirmed k).
 func (w *window) candidates(limit int, ordered bool, now time.Time) []*entry {
 	var out []*entry
 	var blocked map[aggregate]bool
@@ -152,15 +153,21 @@ func (w *window) candidates(limit int, ordered bool, now time.Time) []*entry {
 		if e.state == entryDone {
 			continue
 		}
-		var k aggregate
+		ready := e.state == entryReady || (e.state == entryWaiting && !now.Before(e.due))
 		if ordered {
-			k = aggregate{e.msg.AggregateType, e.msg.AggregateID}
+			// A run: the aggregate's entries in commit order, up to the
+			// first one that is in flight or waits out a backoff, which
+			// holds back the rest (the relay publishes a run in waves).
+			k := aggregate{e.msg.AggregateType, e.msg.AggregateID}
 			if blocked[k] {
 				continue
 			}
-			blocked[k] = true
+			if !ready {
+				blocked[k] = true
+				continue
+			}
 		}
-		if e.state == entryReady || (e.state == entryWaiting && !now.Before(e.due)) {
+		if ready {
 			out = append(out, e)
 		}
 	}
