@@ -77,7 +77,8 @@ func ExampleWithHeldClaims() {
 	}
 	relay, err := outbox.NewRelay(store, outboxtest.NewPublisher(),
 		outbox.WithBatchSize(1000),
-		outbox.WithMaxInFlight(4), // the publish timeout (3 s by default) bounds how long each holds its transaction
+		outbox.WithMaxInFlight(4),                     // the publish timeout (3 s by default) bounds how long each holds its transaction
+		outbox.WithOrdering(false, outbox.DeadBlocks), // ordered claims are leased, never held
 		outbox.WithDeleteSent(true))
 	if err != nil {
 		log.Fatal(err)

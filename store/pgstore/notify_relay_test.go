@@ -95,7 +95,7 @@ func TestAsyncCommit(t *testing.T) {
 
 			// And the relay works as usual through the Store.
 			pub := outboxtest.NewPublisher()
-			r, err := outbox.NewRelay(s, pub, outbox.WithPollInterval(20*time.Millisecond))
+			r, err := outbox.NewRelay(s, pub, outbox.WithOrdering(false, outbox.DeadBlocks), outbox.WithPollInterval(20*time.Millisecond))
 			require.NoError(t, err)
 			n, err := outboxtest.FlushAndWait(ctx, r, s)
 			require.NoError(t, err)
@@ -190,7 +190,7 @@ func TestNotifyTrigger(t *testing.T) {
 	// A relay that would otherwise sleep for an hour publishes a plain INSERT at once.
 	exec(t, pool, fmt.Sprintf("DELETE FROM %s", table))
 	pub := outboxtest.NewPublisher()
-	r, err := outbox.NewRelay(s, pub, outbox.WithPollInterval(time.Hour))
+	r, err := outbox.NewRelay(s, pub, outbox.WithOrdering(false, outbox.DeadBlocks), outbox.WithPollInterval(time.Hour))
 	require.NoError(t, err)
 	startRelay(t, r)
 	testsvc.Eventually(t, 10*time.Second, func() bool {
@@ -247,7 +247,7 @@ func TestRelayListenerRecovers(t *testing.T) {
 	s := newStore(t, pool, pgstore.WithTable(table), pgstore.WithNotify(true))
 	w := outbox.NewWriter(s)
 	pub := outboxtest.NewPublisher()
-	r, err := outbox.NewRelay(s, pub, outbox.WithPollInterval(time.Hour))
+	r, err := outbox.NewRelay(s, pub, outbox.WithOrdering(false, outbox.DeadBlocks), outbox.WithPollInterval(time.Hour))
 	require.NoError(t, err)
 	startRelay(t, r)
 	listenSQL := "LISTEN " + pgx.Identifier{table}.Sanitize()
@@ -304,7 +304,7 @@ func TestIdleRelayCost(t *testing.T) {
 			s, counter, _ := countedStore(t, pgstore.WithNotify(notify), pgstore.WithBatchLease(tc.lease),
 				pgstore.WithHeldClaims(tc.held))
 			const poll, window = 200 * time.Millisecond, 2 * time.Second
-			r, err := outbox.NewRelay(s, outboxtest.NewPublisher(), outbox.WithPollInterval(poll))
+			r, err := outbox.NewRelay(s, outboxtest.NewPublisher(), outbox.WithOrdering(false, outbox.DeadBlocks), outbox.WithPollInterval(poll))
 			require.NoError(t, err)
 			before := counter.n.Load()
 			startRelay(t, r)
@@ -350,7 +350,7 @@ func TestIdleRelayCostAfterTrickle(t *testing.T) {
 	s, counter, base := countedStore(t)
 	const poll, window, n = 200 * time.Millisecond, 2 * time.Second, 40
 	pub := outboxtest.NewPublisher()
-	r, err := outbox.NewRelay(s, pub, outbox.WithPollInterval(poll))
+	r, err := outbox.NewRelay(s, pub, outbox.WithOrdering(false, outbox.DeadBlocks), outbox.WithPollInterval(poll))
 	require.NoError(t, err)
 	startRelay(t, r)
 	w := outbox.NewWriter(s)
@@ -430,7 +430,7 @@ func TestNotifyBurstIsOneClaim(t *testing.T) {
 	pub := &heldPublisher{Publisher: outboxtest.NewPublisher(), started: make(chan struct{}), released: make(chan struct{})}
 	// One batch at a time, large enough for the burst: the sizing would
 	// otherwise claim it in growing batches (10, 20, 20) and beside the first.
-	r, err := outbox.NewRelay(st, pub, outbox.WithPollInterval(time.Hour), outbox.WithBatchSize(100),
+	r, err := outbox.NewRelay(st, pub, outbox.WithOrdering(false, outbox.DeadBlocks), outbox.WithPollInterval(time.Hour), outbox.WithBatchSize(100),
 		outbox.WithMaxInFlight(1))
 	require.NoError(t, err)
 	startRelay(t, r)

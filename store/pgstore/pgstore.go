@@ -184,8 +184,9 @@ func WithBatchLease(on bool) Option { return func(c *config) { c.batchLease = on
 //     out): a message that makes the relay process crash every time it is
 //     published is never marked dead.
 //
-// Ordered claims are not held: with ordering the store leases rows as without
-// this option. Relays with held claims and relays with row leases (the
+// Ordered claims are not held: with ordering (the relay's default) the
+// store leases rows as without this option, so held claims need
+// outbox.WithOrdering(false, …) on the relay. Relays with held claims and relays with row leases (the
 // default) may share a table; [WithBatchLease] excludes both. Default: off.
 func WithHeldClaims(on bool) Option { return func(c *config) { c.heldClaims = on } }
 

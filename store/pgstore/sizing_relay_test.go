@@ -78,7 +78,7 @@ func TestRelaySizesItselfOnPostgres(t *testing.T) {
 			f.writeInterleaved(t, aggs, backlog/tc.aggs)
 			sizes := &batchSizes{}
 			pub := outboxtest.NewPublisher()
-			r, err := outbox.NewRelay(f.store, pub, append([]outbox.RelayOption{outbox.WithHooks(sizes),
+			r, err := outbox.NewRelay(f.store, pub, append([]outbox.RelayOption{outbox.WithOrdering(false, outbox.DeadBlocks), outbox.WithHooks(sizes),
 				outbox.WithPollInterval(100 * time.Millisecond)}, tc.relay...)...)
 			require.NoError(t, err)
 			startRelay(t, r)

@@ -370,7 +370,7 @@ func (s *suite) oversized(t *testing.T) {
 	// Reading past megabytes of payload to take their size is slow on a
 	// loaded machine under the race detector (SQLite reads each big value's
 	// overflow pages): the store timeout is not what this test is about.
-	r, err := outbox.NewRelay(f.Store, pub, outbox.WithBatchSize(100), outbox.WithMaxPayloadSize(limit),
+	r, err := outbox.NewRelay(f.Store, pub, outbox.WithOrdering(false, outbox.DeadBlocks), outbox.WithBatchSize(100), outbox.WithMaxPayloadSize(limit),
 		outbox.WithStoreTimeout(2*time.Minute))
 	require.NoError(t, err)
 	var before, after runtime.MemStats
