@@ -271,10 +271,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&kind, &plugin, &dat
 
 // isDuplicate reports a duplicate_object error (42710): the slot or
 // publication exists.
-func isDuplicate(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "42710"
-}
+func isDuplicate(err error) bool { return isCode(err, codeDuplicateObject) }
 
 // WAL statuses of a slot, as pg_replication_slots.wal_status reports them.
 const (

@@ -128,39 +128,23 @@ func (s *Source) stream(ctx context.Context) error {
 // the current end of the log: rows written before it that are still
 // pending are polled (the catch-up) before streaming takes over.
 func (s *Source) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
-	var exists bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`,
-		s.cfg.publication).Scan(&exists); err != nil {
-		return fmt.Errorf("look for the publication: %w", err)
-	}
-	if !exists {
-		q := `CREATE PUBLICATION ` + pgx.Identifier{s.cfg.publication}.Sanitize() + ` FOR TABLE ` + s.table.ident +
-			` WITH (publish = 'insert')`
-		if _, err := s.pool.Exec(ctx, q); err != nil && !isCode(err, codeDuplicateObject) {
-			return fmt.Errorf("create the publication: %w", err)
-		}
-	}
 	var walStatus *string
 	err := s.pool.QueryRow(ctx, `SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.slot).Scan(&walStatus)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
 		return fmt.Errorf("look for the slot: %w", err)
-	case walStatus != nil && *walStatus == "lost":
+	case walStatus != nil && *walStatus == WALLost:
 		s.log.Error("replication slot invalidated (max_slot_wal_keep_size), creating it again; messages whose rows the writer deleted and that only the lost log held cannot be recovered")
 		if err := pglogrepl.DropReplicationSlot(ctx, conn, s.cfg.slot, pglogrepl.DropReplicationSlotOptions{}); err != nil {
 			return fmt.Errorf("drop the invalidated slot: %w", err)
 		}
-	default:
-		return nil
 	}
-	_, err = pglogrepl.CreateReplicationSlot(ctx, conn, s.cfg.slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
-	if isCode(err, codeDuplicateObject) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("create the slot: %w", err)
+	// What outbox migrate --cdc runs: the publication and the slot, each
+	// only when missing, with the server's settings checked first.
+	res, err := Setup(ctx, s.pool, s.cfg.table, s.cfg.slot, s.cfg.publication)
+	if err != nil || !res.CreatedSlot {
+		return err
 	}
 	// Every row committed before the slot's start is visible now; those
 	// still pending are polled before the stream is trusted.
