@@ -29,34 +29,8 @@ func DropPostgresSlot(t testing.TB, slot, publication string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := pgx.Connect(ctx, PostgresURL())
-	if err != nil {
-		t.Errorf("drop replication slot %s: %v", slot, err)
-		return
-	}
-	defer c.Close(context.Background())
-	if publication != "" {
-		if _, err := c.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{publication}.Sanitize()); err != nil {
-			t.Errorf("drop publication %s: %v", publication, err)
-		}
-	}
-	for {
-		var gone bool
-		err := c.QueryRow(ctx, `
-SELECT NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1),
-       (SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL)`,
-			slot).Scan(&gone, new(*bool))
-		if err == nil && gone {
-			return
-		}
-		if err == nil {
-			_, err = c.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, slot)
-		}
-		if ctx.Err() != nil {
-			t.Errorf("replication slot %s is left behind: %v; drop it: SELECT pg_drop_replication_slot('%s')", slot, err, slot)
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := dropSlot(ctx, slot, publication); err != nil {
+		t.Errorf("replication slot %s is left behind: %v; drop it: SELECT pg_drop_replication_slot('%s')", slot, err, slot)
 	}
 }
 

@@ -31,13 +31,22 @@ func ReplicationSlot(t testing.TB, schema string) (slot, publication string) {
 func DropReplicationSlot(slot, publication string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	return dropSlot(ctx, slot, publication)
+}
+
+// dropSlot drops the publication (unless "") and the slot, ending the
+// connection that streams the slot first, until the slot is gone or ctx
+// ends. A slot that does not exist is no error.
+func dropSlot(ctx context.Context, slot, publication string) error {
 	c, err := pgx.Connect(ctx, PostgresURL())
 	if err != nil {
 		return err
 	}
 	defer c.Close(context.Background())
-	if _, err := c.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{publication}.Sanitize()); err != nil {
-		return err
+	if publication != "" {
+		if _, err := c.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{publication}.Sanitize()); err != nil {
+			return err
+		}
 	}
 	for {
 		_, _ = c.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
