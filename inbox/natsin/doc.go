@@ -33,4 +33,8 @@
 // Give the JetStream consumer an AckWait longer than the slowest run of the
 // handler: a message still being handled when AckWait passes is delivered
 // again, and that copy waits for the first one's transaction and is skipped.
+//
+// A network partition or a server that loses the pull request does not
+// stop [Consumer.Run]: when the server's heartbeats stop for half the pull
+// expiry ([WithPullExpiry]), the consumer logs a warning and pulls again.
 package natsin

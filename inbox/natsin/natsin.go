@@ -20,7 +20,12 @@ type config struct {
 	consume.Config
 	deadJS      jetstream.JetStream
 	deadSubject string
+	pullExpiry  time.Duration
 }
+
+// DefaultPullExpiry is how long one pull request waits on the server when
+// WithPullExpiry is not given.
+const DefaultPullExpiry = 10 * time.Second
 
 // Option configures a [Consumer].
 type Option func(*config)
@@ -62,6 +67,13 @@ func WithDeadLetter(js jetstream.JetStream, subject string) Option {
 	return func(c *config) { c.deadJS, c.deadSubject = js, subject }
 }
 
+// WithPullExpiry sets how long each pull request waits on the server. The
+// server sends a heartbeat every quarter of it while it has nothing to
+// deliver; a consumer that hears nothing for half of it (a partition, a
+// server that lost the request) logs a warning and pulls again instead of
+// stalling. Default: DefaultPullExpiry (10 s); from 2 s to 2 min.
+func WithPullExpiry(d time.Duration) Option { return func(c *config) { c.pullExpiry = d } }
+
 // WithLogger sets the logger. Default: discard.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.Logger = l } }
 
@@ -89,11 +101,14 @@ func New(cons jetstream.Consumer, in *inbox.Inbox, h inbox.Handler, opts ...Opti
 	if cons == nil || in == nil || h == nil {
 		panic("natsin: New with a nil consumer, inbox or handler")
 	}
-	cfg := config{Config: consume.DefaultConfig()}
+	cfg := config{Config: consume.DefaultConfig(), pullExpiry: DefaultPullExpiry}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	errs := []error{cfg.Validate()}
+	if cfg.pullExpiry < 2*time.Second || cfg.pullExpiry > 2*time.Minute {
+		errs = append(errs, fmt.Errorf("WithPullExpiry: %v is outside 2s to 2m", cfg.pullExpiry))
+	}
 	if cfg.deadSubject != "" && cfg.deadJS == nil || cfg.deadJS != nil && cfg.deadSubject == "" {
 		errs = append(errs, errors.New("WithDeadLetter: needs both a JetStream and a subject"))
 	}
@@ -109,7 +124,8 @@ func New(cons jetstream.Consumer, in *inbox.Inbox, h inbox.Handler, opts ...Opti
 // returns nil. It returns an error when the pull subscription ends for
 // another reason (the consumer was deleted, the connection closed).
 func (c *Consumer) Run(ctx context.Context) error {
-	it, err := c.cons.Messages(jetstream.PullMaxMessages(2 * c.cfg.Concurrency))
+	it, err := c.cons.Messages(jetstream.PullMaxMessages(2*c.cfg.Concurrency),
+		jetstream.PullExpiry(c.cfg.pullExpiry), jetstream.PullHeartbeat(c.cfg.pullExpiry/4))
 	if err != nil {
 		return fmt.Errorf("natsin: subscribe: %w", err)
 	}
@@ -127,6 +143,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 				_ = m.Nak()
 			}
 			return nil
+		}
+		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			// The iterator forgot its pending pull and pulls again at the
+			// next call: a missed heartbeat is a stall, not an end.
+			c.engine.Log().Warn("no heartbeat from the server, pulling again",
+				slog.Duration("silent_for", c.cfg.pullExpiry/2))
+			continue
 		}
 		if err != nil {
 			return fmt.Errorf("natsin: next message: %w", err)

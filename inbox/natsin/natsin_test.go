@@ -3,8 +3,11 @@ package natsin_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +22,7 @@ import (
 	"github.com/outboxkit/outbox/inbox/internal/consume"
 	"github.com/outboxkit/outbox/inbox/internal/consumetest"
 	"github.com/outboxkit/outbox/inbox/natsin"
+	"github.com/outboxkit/outbox/internal/faultproxy"
 	"github.com/outboxkit/outbox/internal/testsvc"
 	"github.com/outboxkit/outbox/publisher/natspub"
 )
@@ -171,6 +175,8 @@ func TestNewValidates(t *testing.T) {
 		{"DeadLetterWithoutSubject", natsin.WithDeadLetter(b.js, ""), "WithDeadLetter"},
 		{"DeadLetterWithoutJetStream", natsin.WithDeadLetter(nil, "dead"), "WithDeadLetter"},
 		{"Logger", natsin.WithLogger(nil), "WithLogger"},
+		{"PullExpiryShort", natsin.WithPullExpiry(time.Second), "WithPullExpiry"},
+		{"PullExpiryLong", natsin.WithPullExpiry(3 * time.Minute), "WithPullExpiry"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := natsin.New(b.cons, in, noop, tc.opt)
@@ -182,4 +188,59 @@ func TestNewValidates(t *testing.T) {
 		})
 	}
 	require.Panics(t, func() { _, _ = natsin.New(nil, in, noop) })
+}
+
+// TestRunSurvivesMissedHeartbeats partitions the consumer from the server
+// for longer than its heartbeat check: Run logs, pulls again when the
+// network is back and processes what was published meanwhile, instead of
+// returning "no heartbeat received" and stopping the consumer.
+func TestRunSurvivesMissedHeartbeats(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	proxy := faultproxy.New(t, strings.TrimPrefix(testsvc.NATSURL(t), "nats://"))
+	nc, err := nats.Connect("nats://" + proxy.Addr())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	cons, err := js.Consumer(context.Background(), b.stream, "shipping")
+	require.NoError(t, err)
+
+	db, err := sql.Open("sqlite", ":memory:")
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(1) // one in-memory database
+	in, err := inbox.New(db, inbox.SQLite)
+	require.NoError(t, err)
+	require.NoError(t, in.Migrate(context.Background()))
+	var done atomic.Int64
+	h := func(context.Context, *sql.Tx, *outbox.Message) error { done.Add(1); return nil }
+	c, err := natsin.New(cons, in, h, natsin.WithPullExpiry(2*time.Second))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	var exit atomic.Pointer[error] // Run's result, once it returned
+	ran := make(chan struct{})
+	go func() { err := c.Run(ctx); exit.Store(&err); close(ran) }()
+	t.Cleanup(func() { cancel(); <-ran })
+
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			b.Publish(t, &outbox.Message{MessageID: fmt.Sprintf("hb-%d", i), AggregateID: "o", EventType: "e",
+				Payload: []byte(`{}`)})
+		}
+	}
+	publish(0, 3)
+	require.Eventually(t, func() bool { return done.Load() == 3 }, 10*time.Second, 10*time.Millisecond)
+	proxy.Blackhole() // the heartbeat check fires after 1 s of silence
+	time.Sleep(2500 * time.Millisecond)
+	publish(3, 6)
+	proxy.Restore()
+	require.Eventually(t, func() bool { return exit.Load() != nil || done.Load() == 6 }, 15*time.Second,
+		10*time.Millisecond, "processed %d of 6 after the partition", done.Load())
+	if err := exit.Load(); err != nil {
+		t.Fatalf("Run returned after the partition: %v", *err)
+	}
+	cancel()
+	<-ran
+	require.NoError(t, *exit.Load())
 }
