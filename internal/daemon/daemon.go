@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxkit/outbox"
@@ -21,6 +22,7 @@ import (
 	"github.com/outboxkit/outbox/internal/redact"
 	"github.com/outboxkit/outbox/internal/termsafe"
 	"github.com/outboxkit/outbox/metrics"
+	"github.com/outboxkit/outbox/store/pgcdc"
 	"github.com/outboxkit/outbox/tracing"
 )
 
@@ -146,18 +148,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 func (d *Daemon) run(ctx context.Context) error {
 	cfg := d.cfg
 	d.warnPlaintextCredentials()
-	tp, shutdownTraces, err := tracing.Setup(ctx, tracing.Config{Exporter: cfg.TraceExporter,
-		Endpoint: cfg.TraceEndpoint, ServiceName: "outbox-relay", Stdout: termsafe.NewWriter(d.opts.stdout)})
+	tp, flushTraces, err := d.tracing(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := shutdownTraces(sctx); err != nil {
-			d.log.Warn("flush traces failed", "error", err.Error())
-		}
-	}()
+	defer flushTraces()
 
 	db, err := OpenDB(ctx, cfg.DB, DBParams{Table: cfg.Table, MaxConns: cfg.PoolSize(), Notify: cfg.Notify,
 		NotifyTrigger: cfg.NotifyTrigger, BatchLease: cfg.BatchLease, AsyncCommit: cfg.AsyncCommit, HeldClaims: cfg.HeldClaims})
@@ -189,59 +184,147 @@ func (d *Daemon) run(ctx context.Context) error {
 		pub = tracing.WrapPublisher(pub, tp, topts...)
 	}
 
-	hooks := slices.Clone(d.opts.hooks)
-	var (
-		m      *metrics.Metrics
-		reg    *prometheus.Registry
-		ln     net.Listener
-		claims = &claimHealth{}
-	)
+	tel := &telemetry{claims: &claimHealth{}, hooks: slices.Clone(d.opts.hooks)}
+	started := false
+	defer func() {
+		if !started && tel.ln != nil {
+			tel.ln.Close()
+		}
+	}()
 	if cfg.HTTP != "" {
-		reg = metrics.NewRegistry()
-		if m, err = metrics.NewMetrics(reg, metrics.WithRelayName(cfg.Name), metrics.WithLogger(d.log)); err != nil {
+		if pub, err = d.serveTelemetry(tel, pub, db); err != nil {
 			return err
 		}
-		pub = m.WrapPublisher(pub)
-		hooks = append(hooks, m, claims)
-		if err := watchSlot(m, cfg, db); err != nil {
-			return err
-		}
-		if ln, err = net.Listen("tcp", cfg.HTTP); err != nil {
-			return fmt.Errorf("http server: %w", err)
-		}
-		u := "http://" + ln.Addr().String()
-		d.httpURL.Store(&u)
 	}
-
-	var store outbox.Store = db.Store
-	src, err := d.cdcSource(db, reg)
+	src, relays, err := d.relays(db, pub, tel)
 	if err != nil {
-		if ln != nil {
-			ln.Close()
-		}
 		return err
+	}
+	arch, err := d.archiver(db, tel.m)
+	if err != nil {
+		return err
+	}
+	d.log.Info("daemon started", d.startedAttrs(db, brokers, tel.ln)...)
+	started = true
+
+	return d.serve(ctx, parts{src: src, relays: relays, arch: arch, tel: tel, db: db, brokers: brokers})
+}
+
+// parts is what the daemon runs once it started.
+type parts struct {
+	src     *pgcdc.Source // nil unless source: cdc
+	relays  []*outbox.Relay
+	arch    *archiver // nil without archiving
+	tel     *telemetry
+	db      *DB
+	brokers []openBroker
+}
+
+// serve runs the relays, the CDC source, the archiver and the HTTP server
+// until ctx ends or one of them fails.
+func (d *Daemon) serve(ctx context.Context, r parts) error {
+	g, gctx := errgroup.WithContext(ctx)
+	if r.src != nil {
+		g.Go(func() error { return r.src.Run(gctx) })
+	}
+	m := r.tel.m
+	for _, relay := range r.relays {
+		g.Go(func() error {
+			if m != nil {
+				m.SetUp(true)
+				defer m.SetUp(false)
+			}
+			return relay.Run(gctx)
+		})
+	}
+	if r.arch != nil {
+		g.Go(func() error { return r.arch.run(gctx) })
+	}
+	if r.tel.ln != nil {
+		h := d.handler(r.tel.reg, r.db, r.brokers, r.tel.claims)
+		g.Go(func() error { return m.PollStats(gctx, r.db.Store, d.cfg.StatsInterval) })
+		g.Go(func() error { return serveHTTP(gctx, r.tel.ln, h) })
+	}
+	close(d.ready)
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	d.log.Info("daemon stopped")
+	return nil
+}
+
+// tracing sets up the configured trace exporter; flush sends what it holds
+// (within 5 s) and shuts it down.
+func (d *Daemon) tracing(ctx context.Context) (tp trace.TracerProvider, flush func(), err error) {
+	tp, shutdown, err := tracing.Setup(ctx, tracing.Config{Exporter: d.cfg.TraceExporter,
+		Endpoint: d.cfg.TraceEndpoint, ServiceName: "outbox-relay", Stdout: termsafe.NewWriter(d.opts.stdout)})
+	if err != nil {
+		return nil, nil, err
+	}
+	return tp, func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			d.log.Warn("flush traces failed", "error", err.Error())
+		}
+	}, nil
+}
+
+// telemetry is what the daemon's HTTP server exposes: the metrics (nil
+// without an HTTP address), their registry, the listener, and the claim
+// health behind /readyz; hooks are the relays' hooks, the metrics included.
+type telemetry struct {
+	m      *metrics.Metrics
+	reg    *prometheus.Registry
+	ln     net.Listener
+	claims *claimHealth
+	hooks  []any
+}
+
+// serveTelemetry creates the metrics, wraps pub with them, and opens the
+// HTTP listener; it returns the wrapped publisher.
+func (d *Daemon) serveTelemetry(tel *telemetry, pub outbox.Publisher, db *DB) (outbox.Publisher, error) {
+	tel.reg = metrics.NewRegistry()
+	m, err := metrics.NewMetrics(tel.reg, metrics.WithRelayName(d.cfg.Name), metrics.WithLogger(d.log))
+	if err != nil {
+		return nil, err
+	}
+	tel.m = m
+	tel.hooks = append(tel.hooks, m, tel.claims)
+	if err := watchSlot(m, d.cfg, db); err != nil {
+		return nil, err
+	}
+	if tel.ln, err = net.Listen("tcp", d.cfg.HTTP); err != nil {
+		return nil, fmt.Errorf("http server: %w", err)
+	}
+	u := "http://" + tel.ln.Addr().String()
+	d.httpURL.Store(&u)
+	return m.WrapPublisher(pub), nil
+}
+
+// relays builds the configured relays over the table, or over the CDC
+// source (returned too, to be run beside them) with source: cdc.
+func (d *Daemon) relays(db *DB, pub outbox.Publisher, tel *telemetry) (*pgcdc.Source, []*outbox.Relay, error) {
+	var store outbox.Store = db.Store
+	src, err := d.cdcSource(db, tel.reg)
+	if err != nil {
+		return nil, nil, err
 	}
 	if src != nil {
 		store = src
 	}
-	relays := make([]*outbox.Relay, cfg.Relays)
+	relays := make([]*outbox.Relay, d.cfg.Relays)
 	for i := range relays {
-		if relays[i], err = outbox.NewRelay(store, pub, d.relayOptions(i, hooks)...); err != nil {
-			if ln != nil {
-				ln.Close()
-			}
-			return err
+		if relays[i], err = outbox.NewRelay(store, pub, d.relayOptions(i, tel.hooks)...); err != nil {
+			return nil, nil, err
 		}
 	}
+	return src, relays, nil
+}
 
-	arch, err := d.archiver(db, m)
-	if err != nil {
-		if ln != nil {
-			ln.Close()
-		}
-		return err
-	}
-
+// startedAttrs are the attributes of the "daemon started" line.
+func (d *Daemon) startedAttrs(db *DB, brokers []openBroker, ln net.Listener) []any {
+	cfg := d.cfg
 	attrs := []any{slog.String("name", cfg.Name), slog.Int("relays", cfg.Relays), slog.String("table", cfg.Table),
 		slog.String("db_scheme", db.Scheme), slog.Int("db_max_conns", cfg.PoolSize()), slog.String("source", cfg.Source)}
 	names := make([]string, len(brokers))
@@ -252,35 +335,7 @@ func (d *Daemon) run(ctx context.Context) error {
 	if ln != nil {
 		attrs = append(attrs, slog.String("http", ln.Addr().String()))
 	}
-	d.log.Info("daemon started", attrs...)
-
-	g, gctx := errgroup.WithContext(ctx)
-	if src != nil {
-		g.Go(func() error { return src.Run(gctx) })
-	}
-	for _, r := range relays {
-		g.Go(func() error {
-			if m != nil {
-				m.SetUp(true)
-				defer m.SetUp(false)
-			}
-			return r.Run(gctx)
-		})
-	}
-	if arch != nil {
-		g.Go(func() error { return arch.run(gctx) })
-	}
-	if ln != nil {
-		h := d.handler(reg, db, brokers, claims)
-		g.Go(func() error { return m.PollStats(gctx, db.Store, cfg.StatsInterval) })
-		g.Go(func() error { return serveHTTP(gctx, ln, h) })
-	}
-	close(d.ready)
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	d.log.Info("daemon stopped")
-	return nil
+	return attrs
 }
 
 // checkTable checks, within the bound of a first contact, that the relay
