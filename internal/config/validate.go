@@ -249,6 +249,26 @@ func validateBroker(p *problems, key string, b *Broker) {
 	if why := checkURLHosts(b.URL.Value()); why != "" {
 		p.add(key+".url", "the URL %s", why)
 	}
+	validateBrokerOptions(p, key, scheme, b)
+	if scheme == "nats" {
+		validateNATS(p, key, b)
+	}
+	validateBrokerValues(p, key, b)
+	if scheme == "http" || scheme == "https" {
+		// Their errors never show the URL or the secret.
+		if err := webhookpub.CheckEndpoint(b.URL.Value()); err != nil {
+			p.add(key+".url", "%v", err)
+		}
+		if !b.Secret.IsZero() {
+			if err := webhookpub.CheckSecret(b.Secret.Value()); err != nil {
+				p.add(key+".secret", "%s", strings.TrimPrefix(err.Error(), "webhookpub: secret: "))
+			}
+		}
+	}
+}
+
+// validateBrokerOptions refuses the options that do not apply to scheme.
+func validateBrokerOptions(p *problems, key, scheme string, b *Broker) {
 	only := func(set bool, option string, schemes ...string) {
 		if set && !slices.Contains(schemes, scheme) {
 			p.add(key+"."+option, "applies to %s only, not %s://", schemeList(schemes), scheme)
@@ -266,23 +286,28 @@ func validateBroker(p *problems, key string, b *Broker) {
 	only(b.Batch != 0, "batch", "http", "https")
 	only(len(b.Headers) > 0, "headers", "http", "https")
 	only(b.PermanentStatus != nil, "permanent_status", "http", "https")
+}
 
-	if scheme == "nats" {
-		if b.Stream != "" && !streamName.MatchString(b.Stream) {
-			p.add(key+".stream", "%q is not a valid stream name (letters, digits, '_', '-')", b.Stream)
-		}
-		if len(b.EffectiveSubjects()) == 0 {
-			p.add(key+".subjects", "required when prefix is empty: the subjects the stream captures")
-		}
-		for j, s := range b.Subjects {
-			if s == "" || strings.ContainsAny(s, " \t") {
-				p.add(fmt.Sprintf("%s.subjects[%d]", key, j), "%q is not a valid subject", s)
-			}
-		}
-		if b.DuplicateWindow < 0 {
-			p.add(key+".duplicate_window", "%v is negative", b.DuplicateWindow)
+// validateNATS checks the stream options of a nats:// broker.
+func validateNATS(p *problems, key string, b *Broker) {
+	if b.Stream != "" && !streamName.MatchString(b.Stream) {
+		p.add(key+".stream", "%q is not a valid stream name (letters, digits, '_', '-')", b.Stream)
+	}
+	if len(b.EffectiveSubjects()) == 0 {
+		p.add(key+".subjects", "required when prefix is empty: the subjects the stream captures")
+	}
+	for j, s := range b.Subjects {
+		if s == "" || strings.ContainsAny(s, " \t") {
+			p.add(fmt.Sprintf("%s.subjects[%d]", key, j), "%q is not a valid subject", s)
 		}
 	}
+	if b.DuplicateWindow < 0 {
+		p.add(key+".duplicate_window", "%v is negative", b.DuplicateWindow)
+	}
+}
+
+// validateBrokerValues checks the values of the options a broker has.
+func validateBrokerValues(p *problems, key string, b *Broker) {
 	if b.MaxLen < 0 {
 		p.add(key+".max_len", "%d is negative", b.MaxLen)
 	}
@@ -303,17 +328,6 @@ func validateBroker(p *problems, key string, b *Broker) {
 	for _, code := range b.PermanentStatus {
 		if code < 300 || code > 599 {
 			p.add(key+".permanent_status", "%d is not a status code from 300 to 599", code)
-		}
-	}
-	if scheme == "http" || scheme == "https" {
-		// Their errors never show the URL or the secret.
-		if err := webhookpub.CheckEndpoint(b.URL.Value()); err != nil {
-			p.add(key+".url", "%v", err)
-		}
-		if !b.Secret.IsZero() {
-			if err := webhookpub.CheckSecret(b.Secret.Value()); err != nil {
-				p.add(key+".secret", "%s", strings.TrimPrefix(err.Error(), "webhookpub: secret: "))
-			}
 		}
 	}
 }
@@ -338,6 +352,13 @@ func validateRoute(p *problems, key string, r *Route, brokers map[string]bool) {
 }
 
 func (c *Config) validateRelay(p *problems) {
+	c.validateSizing(p)
+	c.validateModes(p)
+	c.validateOutput(p)
+}
+
+// validateSizing checks the relay's counts and durations.
+func (c *Config) validateSizing(p *problems) {
 	if c.Relays < 1 || c.Relays > 256 {
 		p.add("relays", "%d is not between 1 and 256", c.Relays)
 	}
@@ -386,6 +407,11 @@ func (c *Config) validateRelay(p *problems) {
 	if c.ProbeInterval > 0 && c.MaxProbeInterval < c.ProbeInterval {
 		p.add("max_probe_interval", "%v is below probe_interval (%v)", c.MaxProbeInterval, c.ProbeInterval)
 	}
+}
+
+// validateModes checks the claim modes, the dead policy, the archive and
+// the payload limit.
+func (c *Config) validateModes(p *problems) {
 	c.postgresOnly(p, "notify", c.Notify)
 	c.postgresOnly(p, "async_commit", c.AsyncCommit)
 	c.postgresOnly(p, "held_claims", c.HeldClaims)
@@ -410,6 +436,11 @@ func (c *Config) validateRelay(p *problems) {
 	if c.MaxPayload < 0 {
 		p.add("max_payload", "%d is negative (0 means no limit)", c.MaxPayload)
 	}
+}
+
+// validateOutput checks the logs, the name, the statistics, the traces and
+// the HTTP server.
+func (c *Config) validateOutput(p *problems) {
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
 		p.add("log_level", "%q is not debug, info, warn or error", c.LogLevel)
 	}
