@@ -342,8 +342,37 @@ func (p *Publisher) sendBatch(ctx context.Context, pc *pubChannel, msgs []*outbo
 	for len(pc.returns) > 0 {
 		<-pc.returns
 	}
+	confirms, ret, sendErr := p.publishAll(ctx, pc, msgs, send, w)
+	if !awaitConfirms(ctx, pc, send, confirms, ret) {
+		return // Publish reports the unconfirmed; the channel is dropped
+	}
+	healthy = sendErr == nil
+	for _, i := range send {
+		dc := confirms[i]
+		if dc == nil {
+			continue
+		}
+		switch r, isReturned := ret.returned[i]; {
+		case isReturned:
+			w.set(i, p.unroutable(r))
+		case dc.Acked():
+			w.set(i, nil)
+		case pc.ch.IsClosed():
+			healthy = false
+			w.set(i, p.channelError(pc, "await confirm", amqp.ErrClosed))
+		default:
+			w.set(i, fmt.Errorf("amqppub: nacked by the broker (delivery tag %d)", dc.DeliveryTag))
+		}
+	}
+}
+
+// publishAll publishes msgs[send...] on pc until a publish fails; the
+// messages it could not send get their error in w. It returns each sent
+// message's pending confirmation (by index in msgs) and the first error.
+func (p *Publisher) publishAll(ctx context.Context, pc *pubChannel, msgs []*outbox.Message, send []int,
+	w *waiter) ([]*amqp.DeferredConfirmation, *returns, error) {
 	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
-	byID := make(map[string][]int, len(send))
+	ret := &returns{byID: make(map[string][]int, len(send)), returned: make(map[int]amqp.Return)}
 	var sendErr error
 	for _, i := range send {
 		m := msgs[i]
@@ -355,22 +384,35 @@ func (p *Publisher) sendBatch(ctx context.Context, pc *pubChannel, msgs []*outbo
 			w.set(i, p.channelError(pc, "publish", sendErr))
 			continue
 		}
-		byID[m.MessageID] = append(byID[m.MessageID], i)
+		ret.byID[m.MessageID] = append(ret.byID[m.MessageID], i)
 	}
+	return confirms, ret, sendErr
+}
 
-	returned := make(map[int]amqp.Return)
-	onReturn := func(r amqp.Return) {
-		for _, i := range byID[r.MessageId] {
-			if _, ok := returned[i]; !ok {
-				returned[i] = r
-				return
-			}
+// returns matches the messages the broker returned (basic.return, by
+// message id) to the batch's indexes.
+type returns struct {
+	byID     map[string][]int
+	returned map[int]amqp.Return
+}
+
+// add records r for the first message of its id not returned yet.
+func (rt *returns) add(r amqp.Return) {
+	for _, i := range rt.byID[r.MessageId] {
+		if _, ok := rt.returned[i]; !ok {
+			rt.returned[i] = r
+			return
 		}
 	}
-	// Confirms are matched to messages by delivery tag (amqp091's
-	// DeferredConfirmation), whatever order and grouping (multiple) the
-	// broker acknowledges them in. A basic.return precedes its message's
-	// basic.ack, so reading returns while waiting sees each one in time.
+}
+
+// awaitConfirms waits for every confirmation, reading the returns
+// meanwhile, then drains the returns left; false when ctx ended first.
+// Confirms are matched to messages by delivery tag (amqp091's
+// DeferredConfirmation), whatever order and grouping (multiple) the broker
+// acknowledges them in. A basic.return precedes its message's basic.ack,
+// so reading returns while waiting sees each one in time.
+func awaitConfirms(ctx context.Context, pc *pubChannel, send []int, confirms []*amqp.DeferredConfirmation, ret *returns) bool {
 	for _, i := range send {
 		dc := confirms[i]
 		if dc == nil {
@@ -383,42 +425,22 @@ func (p *Publisher) sendBatch(ctx context.Context, pc *pubChannel, msgs []*outbo
 				break wait
 			case r, ok := <-pc.returns:
 				if ok {
-					onReturn(r)
+					ret.add(r)
 				}
 			case <-ctx.Done():
-				return // Publish reports the unconfirmed; the channel is dropped
+				return false
 			}
 		}
 	}
-	for drained := false; !drained; {
+	for {
 		select {
 		case r, ok := <-pc.returns:
-			if ok {
-				onReturn(r)
-			} else {
-				drained = true
+			if !ok {
+				return true
 			}
+			ret.add(r)
 		default:
-			drained = true
-		}
-	}
-
-	healthy = sendErr == nil
-	for _, i := range send {
-		dc := confirms[i]
-		if dc == nil {
-			continue
-		}
-		switch r, isReturned := returned[i]; {
-		case isReturned:
-			w.set(i, p.unroutable(r))
-		case dc.Acked():
-			w.set(i, nil)
-		case pc.ch.IsClosed():
-			healthy = false
-			w.set(i, p.channelError(pc, "await confirm", amqp.ErrClosed))
-		default:
-			w.set(i, fmt.Errorf("amqppub: nacked by the broker (delivery tag %d)", dc.DeliveryTag))
+			return true
 		}
 	}
 }
