@@ -414,7 +414,7 @@ func (p *pipeline) apply(ctx context.Context, o outcome) {
 	case o.err != nil:
 		p.storeFailed(ctx, o.err)
 	case o.unavailable != nil:
-		p.destinationDown(ctx, o.unavailable)
+		p.pause(ctx, o.unavailable)
 	default:
 		p.storeWait = p.r.cfg.pollInterval
 		p.size.settled(o.ev.Duration)
@@ -436,10 +436,10 @@ func (p *pipeline) storeFailed(ctx context.Context, err error) {
 	p.storeWait = min(2*p.storeWait, max(r.cfg.pollInterval, 30*time.Second))
 }
 
-// destinationDown enters the down state: the batches still in flight are
+// pause enters the down state: the batches still in flight are
 // settled first (they meet the same outage and get their attempts back), then
 // the relay pauses before its first probe.
-func (p *pipeline) destinationDown(ctx context.Context, err error) {
+func (p *pipeline) pause(ctx context.Context, err error) {
 	r := p.r
 	p.pauseNext = true
 	if !p.down {
@@ -528,14 +528,13 @@ func (r *Relay) step(ctx, bctx context.Context, limit int) (ev BatchEvent, unava
 
 // batch is a claimed batch on its way through the relay.
 type batch struct {
-	ev       BatchEvent // Claimed so far
-	start    time.Time  // when the claim began
-	claimed  time.Time  // when it returned
-	send     []*Message
-	dead     []Dead
-	deadErrs []error
-	errs     []error   // the publisher's results for send
-	held     HeldClaim // the store's open transaction holding the rows, or nil
+	ev      BatchEvent // Claimed so far
+	start   time.Time  // when the claim began
+	claimed time.Time  // when it returned
+	send    []*Message
+	dead    []failure // killed at claim time: malformed, too large, attempts used
+	errs    []error   // the publisher's results for send
+	held    HeldClaim // the store's open transaction holding the rows, or nil
 	// With ordering (waves.go): each aggregate's run in this batch, and the
 	// runs of earlier batches in flight that it must wait for.
 	runs  map[aggregateKey]*runDone
@@ -612,8 +611,7 @@ func (r *Relay) giveBack(ctx, bctx context.Context, b *batch) {
 }
 
 func (b *batch) kill(m *Message, reason error) {
-	b.dead = append(b.dead, Dead{Message: m, Reason: reason.Error()})
-	b.deadErrs = append(b.deadErrs, reason)
+	b.dead = append(b.dead, failure{msg: m, err: reason})
 }
 
 // publish sends b's messages within the publish timeout and sets b.errs:
@@ -640,51 +638,34 @@ func (r *Relay) publish(ctx, bctx context.Context, b *batch) {
 // have met an outage, and their attempts are given back.
 func (r *Relay) settle(ctx, bctx context.Context, b *batch) (ev BatchEvent, unavailable error, err error) {
 	ev = b.ev
-	errs := b.errs
-	published := make([]error, 0, len(errs)) // the results of the messages that went to the broker
-	for _, err := range errs {
+	published := make([]error, 0, len(b.errs)) // the results of the messages that went to the broker
+	for _, err := range b.errs {
 		if err != errHeldBack {
 			published = append(published, err)
 		}
 	}
-	down := r.destinationDown(ctx, published)
+	down := r.outage(ctx, published)
 	if down != nil && wholeBatchUnavailable(published) != nil {
 		unavailable = down // nothing got through: pause the relay
 	}
 
 	now := time.Now()
-	f := fates{dead: b.dead, deadErrs: b.deadErrs}
-	for i, m := range b.send {
-		switch err := errs[i]; {
-		case err == nil:
-			f.sent = append(f.sent, m)
-		case err == errHeldBack: // never published: due again now, blocked behind its aggregate's failed row
-			f.heldBack = append(f.heldBack, Retry{Message: m, At: now, Err: err.Error()})
-		case down != nil && unreachable(err):
-			f.refunds = append(f.refunds, Retry{Message: m, At: now.Add(jitter(r.cfg.probeInterval)), Err: err.Error()})
-		case IsPermanent(err):
-			f.dead = append(f.dead, Dead{Message: m, Reason: err.Error()})
-			f.deadErrs = append(f.deadErrs, err)
-		case m.Attempt >= r.cfg.maxAttempts:
-			err = fmt.Errorf("gave up after %d attempts: %w", m.Attempt, err)
-			f.dead = append(f.dead, Dead{Message: m, Reason: err.Error()})
-			f.deadErrs = append(f.deadErrs, err)
-		default:
-			f.retries = append(f.retries, Retry{Message: m, At: now.Add(r.backoff(m.Attempt)), Err: err.Error()})
-			f.retryErrs = append(f.retryErrs, err)
-		}
-	}
-
+	f := r.decide(b, down, now)
 	sctx, cancel := r.storeContext(bctx)
 	defer cancel()
-	refunds := append(f.refunds[:len(f.refunds):len(f.refunds)], f.heldBack...)
+	sp := SettleParams{
+		Sent:    f.sent,
+		Retries: retryRows(f.retries),
+		Refunds: append(f.refunds[:len(f.refunds):len(f.refunds)], f.heldBack...),
+		Dead:    deadRows(f.dead),
+	}
 	before := ev // the call's own copy: an abandoned call must not share ev
 	settled, err := bounded(sctx, func(sctx context.Context) (BatchEvent, error) {
 		ev := before
 		if b.held != nil {
-			return ev, r.settleHeld(sctx, b.held, &ev, f.sent, f.retries, refunds, f.dead)
+			return ev, r.settleHeld(sctx, b.held, &ev, sp)
 		}
-		return ev, r.settleEach(sctx, &ev, f.sent, f.retries, refunds, f.dead)
+		return ev, r.settleEach(sctx, &ev, sp)
 	})
 	if err == nil || !errors.Is(err, errAbandoned) {
 		ev = settled
@@ -697,27 +678,81 @@ func (r *Relay) settle(ctx, bctx context.Context, b *batch) (ev BatchEvent, unav
 	return ev, unavailable, err
 }
 
-// fates is what became of the messages of a batch.
+// fates is what became of the messages of a batch: each message is in
+// exactly one of its lists.
 type fates struct {
-	sent      []*Message
-	retries   []Retry // failed, to publish again after a backoff
-	retryErrs []error // the error of each of retries
-	refunds   []Retry // met a destination that is down: the attempt given back
-	heldBack  []Retry // not published (waves.go): the attempt given back
-	dead      []Dead
-	deadErrs  []error // the error of each of dead
+	sent     []*Message // confirmed by the broker
+	retries  []failure  // failed: published again at their time, the attempt counted
+	refunds  []Retry    // met a destination that is down: the attempt given back
+	heldBack []Retry    // not published (waves.go): due again now, the attempt given back
+	dead     []failure  // refused for good, out of attempts, or killed at claim time
+}
+
+// failure is a message that failed, with the error that says why and, for a
+// retry, when it is due again.
+type failure struct {
+	msg *Message
+	at  time.Time
+	err error
+}
+
+// decide sorts the messages of a published batch by what becomes of them.
+// down is the error that shows the destination down, or nil.
+func (r *Relay) decide(b *batch, down error, now time.Time) fates {
+	f := fates{dead: b.dead}
+	for i, m := range b.send {
+		switch err := b.errs[i]; {
+		case err == nil:
+			f.sent = append(f.sent, m)
+		case err == errHeldBack: // never published: due again now, blocked behind its aggregate's failed row
+			f.heldBack = append(f.heldBack, Retry{Message: m, At: now, Err: err.Error()})
+		case down != nil && unreachable(err):
+			f.refunds = append(f.refunds, Retry{Message: m, At: now.Add(jitter(r.cfg.probeInterval)), Err: err.Error()})
+		case IsPermanent(err):
+			f.dead = append(f.dead, failure{msg: m, err: err})
+		case m.Attempt >= r.cfg.maxAttempts:
+			f.dead = append(f.dead, failure{msg: m, err: fmt.Errorf("gave up after %d attempts: %w", m.Attempt, err)})
+		default:
+			f.retries = append(f.retries, failure{msg: m, at: now.Add(r.backoff(m.Attempt)), err: err})
+		}
+	}
+	return f
+}
+
+// retryRows is what the store records of retries.
+func retryRows(fs []failure) []Retry {
+	if len(fs) == 0 {
+		return nil
+	}
+	rows := make([]Retry, len(fs))
+	for i, f := range fs {
+		rows[i] = Retry{Message: f.msg, At: f.at, Err: f.err.Error()}
+	}
+	return rows
+}
+
+// deadRows is what the store records of dead messages.
+func deadRows(fs []failure) []Dead {
+	if len(fs) == 0 {
+		return nil
+	}
+	rows := make([]Dead, len(fs))
+	for i, f := range fs {
+		rows[i] = Dead{Message: f.msg, Reason: f.err.Error()}
+	}
+	return rows
 }
 
 // settleHeld settles a batch whose rows the store holds in an open
 // transaction, with one call that commits it.
-func (r *Relay) settleHeld(ctx context.Context, held HeldClaim, ev *BatchEvent, sent []*Message, retries, refunds []Retry, dead []Dead) error {
-	n, err := held.Settle(ctx, SettleParams{Sent: sent, Retries: retries, Refunds: refunds, Dead: dead})
+func (r *Relay) settleHeld(ctx context.Context, held HeldClaim, ev *BatchEvent, sp SettleParams) error {
+	n, err := held.Settle(ctx, sp)
 	if err != nil {
-		return fmt.Errorf("settle %d messages: %w", len(sent)+len(retries)+len(refunds)+len(dead), err)
+		return fmt.Errorf("settle %d messages: %w", len(sp.Sent)+len(sp.Retries)+len(sp.Refunds)+len(sp.Dead), err)
 	}
 	ev.Sent = n
-	ev.Fenced, ev.Gone = r.unacked(ctx, sent, n)
-	ev.Retried, ev.Dead = len(retries), len(dead)
+	ev.Fenced, ev.Gone = r.unacked(ctx, sp.Sent, n)
+	ev.Retried, ev.Dead = len(sp.Retries), len(sp.Dead)
 	return nil
 }
 
@@ -748,7 +783,8 @@ func (r *Relay) unacked(ctx context.Context, sent []*Message, acked int) (fenced
 }
 
 // settleEach settles a batch with a store call for each fate.
-func (r *Relay) settleEach(sctx context.Context, ev *BatchEvent, sent []*Message, retries, refunds []Retry, dead []Dead) error {
+func (r *Relay) settleEach(sctx context.Context, ev *BatchEvent, sp SettleParams) error {
+	sent, retries, refunds, dead := sp.Sent, sp.Retries, sp.Refunds, sp.Dead
 	var storeErrs []error
 	if len(sent) > 0 {
 		n, err := r.store.Ack(sctx, AckParams{Messages: sent, Delete: r.cfg.deleteSent})
@@ -801,13 +837,13 @@ func wholeBatchUnavailable(errs []error) error {
 	return errs[0]
 }
 
-// destinationDown decides whether the messages that failed as unreachable met
+// outage decides whether the messages that failed as unreachable met
 // a destination that is down, in which case their attempts are given back, or
 // a problem of their own (a subject no stream captures), in which case the
 // attempts count. A publisher that implements Pinger is asked; without one,
 // the destination is down only when the whole batch failed as unreachable.
 // It returns the error that shows the destination down, or nil.
-func (r *Relay) destinationDown(ctx context.Context, errs []error) error {
+func (r *Relay) outage(ctx context.Context, errs []error) error {
 	var first error
 	for _, err := range errs {
 		if unreachable(err) {
@@ -846,13 +882,13 @@ func (r *Relay) report(ctx context.Context, decided time.Time, f *fates, unavail
 		// BatchEvent.Gone) is reported sent too: the broker did confirm it.
 		r.message(MessageEvent{Message: m, Result: ResultSent, Latency: now.Sub(m.CreatedAt)})
 	}
-	for i, rt := range f.retries {
-		m := rt.Message
+	for _, rt := range f.retries {
+		m := rt.msg
 		r.log.LogAttrs(ctx, slog.LevelWarn, "publish failed, will retry",
 			slog.String(attrMessageID, m.MessageID), slog.String(attrEventType, m.EventType),
-			slog.Int(attrAttempt, m.Attempt), slog.Duration(attrDelay, rt.At.Sub(decided)),
-			slog.String(attrError, rt.Err))
-		r.message(MessageEvent{Message: m, Result: ResultRetry, Err: f.retryErrs[i]})
+			slog.Int(attrAttempt, m.Attempt), slog.Duration(attrDelay, rt.at.Sub(decided)),
+			slog.String(attrError, rt.err.Error()))
+		r.message(MessageEvent{Message: m, Result: ResultRetry, Err: rt.err})
 	}
 	for _, rt := range f.refunds {
 		r.message(MessageEvent{Message: rt.Message, Result: ResultUnavailable, Err: unavailable})
@@ -860,13 +896,13 @@ func (r *Relay) report(ctx context.Context, decided time.Time, f *fates, unavail
 	for _, rt := range f.heldBack {
 		r.message(MessageEvent{Message: rt.Message, Result: ResultHeldBack, Err: errHeldBack})
 	}
-	for i, d := range f.dead {
-		m := d.Message
+	for _, d := range f.dead {
+		m := d.msg
 		r.log.LogAttrs(ctx, slog.LevelError, "message dead", slog.Int64(attrRowID, m.RowID),
 			slog.String(attrMessageID, m.MessageID), slog.String(attrAggregateID, m.AggregateID),
 			slog.String(attrEventType, m.EventType), slog.Int(attrAttempt, m.Attempt),
-			slog.String(attrError, d.Reason))
-		r.message(MessageEvent{Message: m, Result: ResultDead, Err: f.deadErrs[i]})
+			slog.String(attrError, d.err.Error()))
+		r.message(MessageEvent{Message: m, Result: ResultDead, Err: d.err})
 	}
 }
 

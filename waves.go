@@ -174,7 +174,7 @@ func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
 	// stops its run where it stands: its later rows are not published.
 	killed := map[aggregateKey]int64{}
 	for _, d := range b.dead {
-		if m := d.Message; m.AggregateType != "" || m.AggregateID != "" {
+		if m := d.msg; m.AggregateType != "" || m.AggregateID != "" {
 			if at, ok := killed[keyOf(m)]; !ok || m.RowID < at {
 				killed[keyOf(m)] = m.RowID
 			}
