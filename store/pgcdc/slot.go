@@ -269,9 +269,12 @@ FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&kind, &plugin, &dat
 	return nil
 }
 
-// isDuplicate reports a duplicate_object error (42710): the slot or
-// publication exists.
-func isDuplicate(err error) bool { return isCode(err, codeDuplicateObject) }
+// isDuplicate reports that the slot or publication exists: duplicate_object
+// (42710), or unique_violation (23505) on the catalog's name index, which a
+// CREATE PUBLICATION racing another one for the same name gets instead.
+func isDuplicate(err error) bool {
+	return isCode(err, codeDuplicateObject) || isCode(err, codeUniqueViolation)
+}
 
 // WAL statuses of a slot, as pg_replication_slots.wal_status reports them.
 const (

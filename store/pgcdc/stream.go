@@ -23,6 +23,7 @@ const (
 	codeObjectInUse      = "55006" // the slot is active in another process
 	codeUndefinedObject  = "42704" // no such slot
 	codeDuplicateObject  = "42710" // the slot exists (made meanwhile by another process)
+	codeUniqueViolation  = "23505" // a catalog row of that name was inserted meanwhile
 	codeInsufficientPriv = "42501" // the role lacks REPLICATION
 	codeInvalidAuth      = "28000" // pg_hba refuses replication connections
 )
