@@ -28,7 +28,8 @@ func TestRunEmbedded(t *testing.T) {
 	chart := filepath.Join(t.TempDir(), "latency.svg")
 	var out, prog bytes.Buffer
 	// Small batches: under the race detector, SQLite and the embedded server are slow.
-	rep, err := Run(t.Context(), Config{Rows: 1000, Rate: 50, Duration: time.Second, BaselineTime: time.Second,
+	// A preload in transactions of 300 rows ends with a short one.
+	rep, err := Run(t.Context(), Config{Rows: 1000, TxRows: 300, Rate: 50, Duration: time.Second, BaselineTime: time.Second,
 		BatchSize: 250, MaxInFlight: 2, Chart: chart, Progress: &prog}, &out)
 	require.NoError(t, err)
 
@@ -282,6 +283,7 @@ func TestConfigValidate(t *testing.T) {
 		{"TestTwice", Config{Tests: []string{"drain", "drain"}}, []string{"given twice"}},
 		{"BadNumbers", Config{Rows: -1, Rate: -5, Relays: 100, BatchSize: -1, MaxInFlight: 65},
 			[]string{"rows", "rate", "relays", "batch", "in flight"}},
+		{"BadTxRows", Config{TxRows: 2_000_000}, []string{"tx rows: 2000000 is not between 1 and 1000000"}},
 		{"ShortDuration", Config{Duration: time.Millisecond}, []string{"duration"}},
 		{"ChartNotSVG", Config{Chart: "x.png"}, []string{"does not end in .svg"}},
 		{"ChartWithoutLatency", Config{Chart: "x.svg", Tests: []string{"drain"}}, []string{"not run"}},

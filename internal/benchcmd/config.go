@@ -29,6 +29,7 @@ const (
 // Defaults of [Config], used where a field is zero.
 const (
 	DefaultRows         = 100_000
+	DefaultTxRows       = 1_000
 	DefaultRate         = 1_000
 	DefaultDuration     = 10 * time.Second
 	DefaultBaselineTime = 20 * time.Second
@@ -72,6 +73,12 @@ type Config struct {
 	Tests []string
 	// Rows is how many rows the drain test preloads. Default: DefaultRows.
 	Rows int
+	// TxRows is how many rows each transaction of the drain's preload
+	// writes; set it to Rows to drain one transaction as large as the
+	// backlog. The memory figures are the whole process's, the preload's
+	// writer included (bench/relay-memory.sh measures a relay process
+	// alone). Default: DefaultTxRows.
+	TxRows int
 	// Rate is the latency test's offered rate, in messages (one per
 	// transaction) per second. Default: DefaultRate.
 	Rate int
@@ -197,6 +204,7 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	set(&c.Rows, DefaultRows)
+	set(&c.TxRows, DefaultTxRows)
 	set(&c.Rate, DefaultRate)
 	if kind, err := dbKind(c.DB); c.DB == "" || (err == nil && kind == "sqlite") { // "": SQLite in a temporary folder
 		set(&c.Writers, 1)
@@ -238,6 +246,7 @@ func (c Config) validate() error {
 		seen[t] = true
 	}
 	check(c.Rows >= 1 && c.Rows <= 100_000_000, "rows: %d is not between 1 and 100000000", c.Rows)
+	check(c.TxRows >= 1 && c.TxRows <= 1_000_000, "tx rows: %d is not between 1 and 1000000", c.TxRows)
 	check(c.Rate >= 1 && c.Rate <= 1_000_000, "rate: %d is not between 1 and 1000000 per second", c.Rate)
 	check(c.Duration >= time.Second, "duration: %v is shorter than 1s", c.Duration)
 	check(c.Writers >= 1 && c.Writers <= 256, "writers: %d is not between 1 and 256", c.Writers)

@@ -426,9 +426,9 @@ func (r *run) checkDelivered(ctx context.Context, rows int) error {
 	}
 }
 
-// preload writes rows messages in transactions of 1,000.
+// preload writes rows messages in transactions of Config.TxRows.
 func (r *run) preload(ctx context.Context, rows int) error {
-	const chunk = 1000
+	chunk := r.cfg.TxRows
 	var done atomic.Int64
 	stopBar := r.prog.show("preload", func() (float64, string) {
 		n := done.Load()

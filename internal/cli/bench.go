@@ -31,6 +31,7 @@ func benchCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "broker", Usage: "NATS `URL` (default: an embedded NATS JetStream server)"},
 			&ucli.StringFlag{Name: "test", Usage: "tests to run, comma-separated: drain, latency", Value: "drain,latency"},
 			&ucli.IntFlag{Name: "rows", Usage: "rows the drain test preloads", Value: benchcmd.DefaultRows},
+			&ucli.IntFlag{Name: "tx-rows", Usage: "rows per transaction of the drain's preload (--tx-rows 100000: one large transaction)", Value: benchcmd.DefaultTxRows},
 			&ucli.IntFlag{Name: "rate", Usage: "messages a second the latency test offers", Value: benchcmd.DefaultRate},
 			&ucli.DurationFlag{Name: "duration", Usage: "how long the latency test offers its rate", Value: benchcmd.DefaultDuration},
 			&ucli.IntFlag{Name: "writers", Usage: "transactions the latency test may have open at once (default: rate/30, 8 to 32; 1 on SQLite)"},
@@ -78,7 +79,7 @@ func benchCommand() *ucli.Command {
 			}
 			cfg := benchcmd.Config{
 				DB: cmd.String("db"), Broker: cmd.String("broker"), Tests: tests,
-				Rows: cmd.Int("rows"), Rate: cmd.Int("rate"), Duration: cmd.Duration("duration"),
+				Rows: cmd.Int("rows"), TxRows: cmd.Int("tx-rows"), Rate: cmd.Int("rate"), Duration: cmd.Duration("duration"),
 				Writers: cmd.Int("writers"), SkipBaseline: !cmd.Bool("baseline"),
 				BaselineTime: cmd.Duration("baseline-time"), Reference: cmd.Bool("reference"), Relays: cmd.Int("relays"),
 				BatchSize: cmd.Int("batch"), MaxInFlight: cmd.Int("in-flight"),
