@@ -133,24 +133,38 @@ func TestRunPostgresHeldClaims(t *testing.T) {
 
 // TestRunPostgresCDC drains and measures latency with source cdc: the
 // slot made before the preload holds the whole backlog, and the stream
-// delivers each row once.
+// delivers each row once, with kept rows and with rows the writers delete
+// in their own transactions (which only the log then holds).
 func TestRunPostgresCDC(t *testing.T) {
 	t.Parallel()
-	pool, _, dsn := testsvc.PostgresSchema(t)
-	var out bytes.Buffer
-	rep, err := Run(t.Context(), Config{DB: dsn, Broker: testsvc.NATSURL(t), Rows: 2000, Rate: 200, Duration: time.Second,
-		SkipBaseline: true, BatchSize: 100, Source: SourceCDC, NoNotify: true}, &out)
-	require.NoError(t, err)
-	require.Equal(t, SourceCDC, rep.Settings.Source)
-	require.Len(t, rep.Drain, 1)
-	require.True(t, rep.Drain[0].Complete, "checkDelivered found every row sent and the stream holding each once")
-	require.Equal(t, 2000, rep.Drain[0].Delivered)
-	require.Contains(t, out.String(), ", source cdc (the write-ahead log)\n")
-	// The run dropped its slots (only this branch's cdc bench makes such names).
-	var left int
-	require.NoError(t, pool.QueryRow(t.Context(),
-		`SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'outbox\_outbox\_bench\_%'`).Scan(&left))
-	require.Zero(t, left, "the run left a replication slot behind")
+	for _, deletes := range []bool{false, true} {
+		// One after the other: each checks that no slot of a bench run is left.
+		t.Run(map[bool]string{false: "KeptRows", true: "WriterDeletes"}[deletes], func(t *testing.T) {
+			pool, _, dsn := testsvc.PostgresSchema(t)
+			var out bytes.Buffer
+			rep, err := Run(t.Context(), Config{DB: dsn, Broker: testsvc.NATSURL(t), Rows: 2000, Rate: 200, Duration: time.Second,
+				SkipBaseline: true, BatchSize: 100, Source: SourceCDC, NoNotify: true, WriterDeletes: deletes}, &out)
+			require.NoError(t, err)
+			require.Equal(t, SourceCDC, rep.Settings.Source)
+			require.Equal(t, deletes, rep.Settings.WriterDeletes)
+			require.Len(t, rep.Drain, 1)
+			require.True(t, rep.Drain[0].Complete, "checkDelivered found every row sent and the stream holding each once")
+			require.Equal(t, 2000, rep.Drain[0].Delivered)
+			require.Len(t, rep.Latency, 1)
+			require.Positive(t, rep.Latency[0].Delivered)
+			require.Contains(t, out.String(), ", source cdc (the write-ahead log)")
+			if deletes {
+				require.Contains(t, out.String(), ", writers delete their rows\n")
+			}
+			// The run dropped its slots: a bench's slot left behind is one
+			// that nothing streams (a bench running meanwhile in another
+			// process streams its own).
+			var left int
+			require.NoError(t, pool.QueryRow(t.Context(),
+				`SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'outbox\_outbox\_bench\_%' AND NOT active`).Scan(&left))
+			require.Zero(t, left, "the run left a replication slot behind")
+		})
+	}
 }
 
 // TestRunPostgresReference drains with the outbox relay and then with the
@@ -283,6 +297,8 @@ func TestConfigValidate(t *testing.T) {
 		{"TestTwice", Config{Tests: []string{"drain", "drain"}}, []string{"given twice"}},
 		{"BadNumbers", Config{Rows: -1, Rate: -5, Relays: 100, BatchSize: -1, MaxInFlight: 65},
 			[]string{"rows", "rate", "relays", "batch", "in flight"}},
+		{"WriterDeletesPolling", Config{WriterDeletes: true},
+			[]string{"only the cdc source", "the textbook relay polls the table"}},
 		{"BadTxRows", Config{TxRows: 2_000_000}, []string{"tx rows: 2000000 is not between 1 and 1000000"}},
 		{"ShortDuration", Config{Duration: time.Millisecond}, []string{"duration"}},
 		{"ChartNotSVG", Config{Chart: "x.png"}, []string{"does not end in .svg"}},

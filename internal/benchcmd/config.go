@@ -159,6 +159,12 @@ type Config struct {
 	// logical only). With cdc each test of the outbox relay creates a slot
 	// before it writes and drops it at its end.
 	Source string
+	// WriterDeletes makes the run's writers delete each row in the
+	// transaction that inserted it (outbox.WithDeleteAfterInsert,
+	// Debezium's way): the table stays empty and the messages exist only in
+	// the write-ahead log. SourceCDC only, without the textbook relay (which
+	// polls the table, so it would find nothing).
+	WriterDeletes bool
 	// AsyncCommit commits the relay's statements without waiting for the
 	// disk (PostgreSQL only: pgstore.WithAsyncCommit).
 	AsyncCommit bool
@@ -279,6 +285,11 @@ func (c Config) validate() error {
 	if c.Source == SourceCDC {
 		kind, _ := dbKind(c.DB)
 		check(kind == "postgres", "source: cdc needs PostgreSQL")
+	}
+	if c.WriterDeletes {
+		check(c.Source == SourceCDC, "writer deletes: only the cdc source reads rows that writers delete (--source cdc)")
+		check(c.SkipBaseline, "writer deletes: the textbook relay polls the table, which stays empty (--no-baseline)")
+		check(c.Matrix == "", "writer deletes: not with a matrix")
 	}
 	if c.Chart != "" {
 		check(strings.EqualFold(filepath.Ext(c.Chart), ".svg"), "chart: %q does not end in .svg", c.Chart)

@@ -54,6 +54,9 @@ func writeReport(out io.Writer, rep *Report, asJSON bool) error {
 	if s.Source == SourceCDC {
 		b.WriteString(", source cdc (the write-ahead log)")
 	}
+	if s.WriterDeletes {
+		b.WriteString(", writers delete their rows")
+	}
 	b.WriteString("\n")
 
 	if rep.Matrix != nil {

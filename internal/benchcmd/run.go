@@ -64,10 +64,11 @@ type Settings struct {
 	Notify         bool    `json:"notify,omitempty"`       // PostgreSQL only
 	// NotifyIntervalMs is how often, at most, writes notify; 0 means every write (PostgreSQL with Notify only).
 	NotifyIntervalMs float64 `json:"notify_interval_ms,omitempty"`
-	BatchLease       bool    `json:"batch_lease,omitempty"` // PostgreSQL only
-	HeldClaims       bool    `json:"held_claims,omitempty"` // PostgreSQL only
-	Source           string  `json:"source,omitempty"`      // the outbox relay's: polling, or cdc (PostgreSQL only)
-	Writers          int     `json:"writers"`               // the latency test's concurrent write transactions
+	BatchLease       bool    `json:"batch_lease,omitempty"`    // PostgreSQL only
+	HeldClaims       bool    `json:"held_claims,omitempty"`    // PostgreSQL only
+	Source           string  `json:"source,omitempty"`         // the outbox relay's: polling, or cdc (PostgreSQL only)
+	WriterDeletes    bool    `json:"writer_deletes,omitempty"` // writers delete their rows (cdc only)
+	Writers          int     `json:"writers"`                  // the latency test's concurrent write transactions
 	Ordering         bool    `json:"ordering"`
 	Aggregates       int     `json:"aggregates"` // the messages are spread over this many, round-robin
 }
@@ -146,7 +147,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			PollIntervalMs: float64(cfg.PollInterval) / float64(time.Millisecond), DeleteSent: cfg.DeleteSent,
 			AsyncCommit: cfg.AsyncCommit && db.kind == "postgres", Notify: !cfg.NoNotify && db.kind == "postgres",
 			BatchLease: cfg.BatchLease && db.kind == "postgres", HeldClaims: cfg.HeldClaims && db.kind == "postgres",
-			Writers: cfg.Writers, Ordering: cfg.Ordering, Aggregates: cfg.Aggregates, Source: cfg.Source},
+			Writers: cfg.Writers, Ordering: cfg.Ordering, Aggregates: cfg.Aggregates, Source: cfg.Source,
+			WriterDeletes: cfg.WriterDeletes},
 	}
 	if rep.Settings.Notify {
 		rep.Settings.NotifyIntervalMs = float64(max(cfg.NotifyInterval, 0)) / float64(time.Millisecond)

@@ -150,7 +150,11 @@ func (d *database) openPostgres(ctx context.Context, cfg Config, raw string, con
 	// A Store of its own for each relay, as each relay process has: a Store
 	// keeps where its next claim starts.
 	d.relayStore = func() (outbox.Store, error) { return pgstore.New(pool, opts...) }
-	w := outbox.NewWriter(st)
+	var wopts []outbox.WriterOption
+	if cfg.WriterDeletes {
+		wopts = append(wopts, outbox.WithDeleteAfterInsert())
+	}
+	w := outbox.NewWriter(st, wopts...)
 	d.desc = "PostgreSQL at " + redact.URLs(raw)
 	d.store, d.pool, d.dsn = st, pool, raw
 	d.sqlDB = stdlib.OpenDBFromPool(pool)
