@@ -7,6 +7,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/tablecheck"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 var _ outbox.TableChecker = (*Store)(nil)
@@ -48,7 +49,7 @@ func (s *Store) CheckTable(ctx context.Context) error {
 	}
 	if len(defs) == 0 {
 		var db *string
-		if err := s.db.QueryRowContext(ctx, "SELECT COALESCE(?, DATABASE())", s.table.schemaArg()).Scan(&db); err != nil {
+		if err := s.db.QueryRowContext(ctx, databaseSQL, s.table.schemaArg()).Scan(&db); err != nil {
 			return fmt.Errorf("mysqlstore: check table: %w", err)
 		}
 		where := "no database selected"
@@ -62,9 +63,9 @@ func (s *Store) CheckTable(ctx context.Context) error {
 	}
 	cols := make(map[string]string, len(defs))
 	for _, d := range defs {
-		cols[d.name] = strings.ToLower(d.typ)
+		cols[d.Name] = strings.ToLower(d.Type)
 	}
-	problems := tablecheck.Problems(tablecheck.Params{Columns: cols, Contract: contractColumns, Kinds: columnKinds,
+	problems := tablecheck.Problems(tablecheck.Params{Columns: cols, Contract: sqlcore.ContractColumns, Kinds: columnKinds,
 		Alter: func(c, _ string, k tablecheck.Kind) string {
 			return fmt.Sprintf("ALTER TABLE %s MODIFY %s %s (keep its NULL/NOT NULL and default)", s.table.quoted(), quoteIdent(c), k.Want)
 		}})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/tablecheck"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 var _ outbox.TableChecker = (*Store)(nil)
@@ -31,7 +32,7 @@ func (s *Store) CheckTable(ctx context.Context) error {
 	for n := range names {
 		cols[n] = ""
 	}
-	if p := tablecheck.Problems(tablecheck.Params{Columns: cols, Contract: contractColumns}); len(p) > 0 {
+	if p := tablecheck.Problems(tablecheck.Params{Columns: cols, Contract: sqlcore.ContractColumns}); len(p) > 0 {
 		return &outbox.TableError{Table: s.table.raw, Problems: p}
 	}
 	return nil
