@@ -94,6 +94,10 @@ func TestStore(t *testing.T) {
 			s, db := newStore(t)
 			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: s.Table()}
 		},
+		Chunked: func(t *testing.T, rows int) *storetest.Fixture {
+			s, db := newStore(t, sqlitestore.WithChunkRows(rows))
+			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: s.Table()}
+		},
 		ContractOnly: func(t *testing.T) *storetest.Fixture {
 			db, _ := openDB(t)
 			_, err := db.ExecContext(t.Context(), fmt.Sprintf(contractDDL, "legacy_outbox"))
@@ -379,72 +383,6 @@ func TestWriterTransaction(t *testing.T) {
 		err := writeFunc(db, s)(ctx, m)
 		require.ErrorIs(t, err, sqlitestore.ErrDuplicate)
 	})
-}
-
-func TestLargeBatches(t *testing.T) {
-	t.Parallel()
-	const n = 345 // several statements' worth for insert, ack, reschedule and kill
-	s, db := newStore(t, sqlitestore.WithChunkRows(100))
-	ctx := t.Context()
-	msgs := make([]*outbox.Message, n)
-	for i := range msgs {
-		msgs[i] = msg("order", fmt.Sprint(i))
-		msgs[i].Headers = map[string]string{"i": fmt.Sprint(i)}
-	}
-	require.NoError(t, writeFunc(db, s)(ctx, msgs...))
-	require.Equal(t, n, count(t, db, "outbox_message"))
-
-	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: n, Lease: time.Hour})
-	require.NoError(t, err)
-	require.Len(t, c.Messages, n)
-	for i, m := range c.Messages {
-		require.Equal(t, fmt.Sprint(i), m.AggregateID)
-		require.Equal(t, fmt.Sprint(i), m.Headers["i"])
-	}
-	third := n / 3
-	var retries []outbox.Retry
-	for _, m := range c.Messages[third : 2*third] {
-		retries = append(retries, outbox.Retry{Message: m, At: time.Now().Add(time.Hour), Err: "later"})
-	}
-	var dead []outbox.Dead
-	for _, m := range c.Messages[2*third:] {
-		dead = append(dead, outbox.Dead{Message: m, Reason: "poison"})
-	}
-	acked, err := s.Ack(ctx, outbox.AckParams{Messages: c.Messages[:third]})
-	require.NoError(t, err)
-	require.Equal(t, third, acked)
-	require.NoError(t, s.Reschedule(ctx, outbox.RescheduleParams{Retries: retries, Refund: true}))
-	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: dead}))
-
-	st, err := s.Stats(ctx)
-	require.NoError(t, err)
-	require.EqualValues(t, third, st.SentLastMinute)
-	require.EqualValues(t, len(retries), st.Pending)
-	require.EqualValues(t, len(dead), st.Dead)
-	require.Equal(t, len(retries), count(t, db, "outbox_message WHERE retry_count = 0 AND last_error = 'later'"))
-}
-
-// TestLastErrorIsBounded: error texts from brokers may be long or not UTF-8.
-func TestLastErrorIsBounded(t *testing.T) {
-	t.Parallel()
-	s, db := newStore(t)
-	ctx := t.Context()
-	require.NoError(t, writeFunc(db, s)(ctx, msg("a", "1"), msg("a", "2")))
-	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 2, Lease: time.Hour})
-	require.NoError(t, err)
-	long := strings.Repeat("é", sqlitestore.MaxErrorLength) // 2 bytes each
-	require.NoError(t, s.Reschedule(ctx, outbox.RescheduleParams{Retries: []outbox.Retry{
-		{Message: c.Messages[0], At: time.Now(), Err: long},
-	}}))
-	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: []outbox.Dead{
-		{Message: c.Messages[1], Reason: "bad \xff byte"},
-	}}))
-	var e0, e1 string
-	require.NoError(t, db.QueryRow("SELECT last_error FROM outbox_message WHERE id = ?", c.Messages[0].RowID).Scan(&e0))
-	require.NoError(t, db.QueryRow("SELECT last_error FROM outbox_message WHERE id = ?", c.Messages[1].RowID).Scan(&e1))
-	require.Len(t, e0, sqlitestore.MaxErrorLength)
-	require.Equal(t, strings.Repeat("é", sqlitestore.MaxErrorLength/2), e0)
-	require.Equal(t, "bad \uFFFD byte", e1)
 }
 
 func msg(aggType, aggID string) *outbox.Message {

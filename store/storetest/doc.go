@@ -25,7 +25,9 @@
 // claiming due rows in id order with the attempt counted and a lease taken,
 // the lease expiring, acknowledgements fenced by the attempt (including after
 // another relay took an expired lease over), deleting acknowledgements,
-// rescheduling with and without a refunded attempt, killing, stats, rows
+// rescheduling with and without a refunded attempt, killing, last_error
+// kept as valid UTF-8 of at most [MaxErrorLength] bytes, batches larger than
+// a statement (when [Harness.Chunked] is set), stats, rows
 // whose status is NULL or not 0, 1 or 2 (written by another program) left
 // alone by claims and counted apart in [outbox.Stats.OtherStatus],
 // concurrent claimers that never share a row, per-aggregate ordered claims
@@ -38,8 +40,9 @@
 // reason naming the row, while it delivers the rows around them
 // ([RunHostileRows] runs that part alone). When the store also
 // implements [outbox.Admin], the suite checks listing, retrying and
-// discarding dead rows and archiving sent ones; otherwise those subtests
-// are skipped.
+// discarding dead rows and archiving sent ones (into an archive table that
+// follows the columns a migration adds); otherwise those subtests are
+// skipped.
 //
 // # Raw SQL
 //
