@@ -87,16 +87,9 @@ func (s *Store) Archive(ctx context.Context, p outbox.ArchiveParams) (int64, err
 		move.Archive, move.Columns = s.archiveTable().quoted(), func() (string, error) { return cols, nil }
 	}
 	var moved int64
-	err := retryDeadlock(ctx, func() error {
-		tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-		if moved, err = s.core.MoveRows(ctx, tx, move); err != nil {
-			return err
-		}
-		return tx.Commit()
+	err := s.core.InTx(ctx, func(tx *sql.Tx) (err error) {
+		moved, err = s.core.MoveRows(ctx, tx, move)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("mysqlstore: archive: %w", err)

@@ -55,8 +55,8 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 		st.ord = s.orderedClaimSQL(info, p, sel)
 	}
 	var c *outbox.Claim
-	err = retryDeadlock(ctx, func() (err error) {
-		c, err = s.claimOnce(ctx, info, st, p)
+	err = s.core.InTx(ctx, func(tx *sql.Tx) (err error) {
+		c, err = s.claimOnce(ctx, tx, info, st, p)
 		return err
 	})
 	if err != nil {
@@ -77,13 +77,7 @@ type claimStatements struct {
 // claimOnce runs a claim in one READ COMMITTED transaction: the locking
 // SELECTs, then for an ordered claim the steps of runs.go, then the UPDATE
 // that leases what it keeps.
-func (s *Store) claimOnce(ctx context.Context, info tableInfo, st claimStatements, p outbox.ClaimParams) (*outbox.Claim, error) {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-
+func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st claimStatements, p outbox.ClaimParams) (*outbox.Claim, error) {
 	locked := map[int64]*lockedRow{}
 	var order []*lockedRow // in the order the SELECTs returned them
 	// lock runs a locking SELECT, keeps the rows it had not locked yet, and
@@ -114,6 +108,7 @@ func (s *Store) claimOnce(ctx context.Context, info tableInfo, st claimStatement
 		}
 	} else {
 		full := len(locked) == p.Limit
+		var err error
 		if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
 			return nil, err
 		}
@@ -145,9 +140,6 @@ func (s *Store) claimOnce(ctx context.Context, info tableInfo, st claimStatement
 		if err != nil {
 			return nil, fmt.Errorf("lease rows: %w", err)
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return c, nil
 }

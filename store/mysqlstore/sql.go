@@ -28,7 +28,10 @@ var dialect = &sqlcore.Dialect{
 		" WHERE %[2]s ORDER BY id LIMIT %[3]d",
 	DiscardDead: "DELETE FROM %[1]s WHERE %[2]s ORDER BY id LIMIT %[3]d",
 	Duplicate:   func(err error) bool { return isMySQLError(err, errDupEntry) },
-	ParseTime:   parseTime,
+	// With parseTime=true (DSN) the driver returns DATETIMEs as time.Time in
+	// the DSN's loc; the Store writes them in UTC. Without it, text.
+	TimeLayouts:  []string{"2006-01-02 15:04:05.999999999", "2006-01-02"},
+	WallClockUTC: true,
 }
 
 // The catalog queries; their parameters are the table's database (NULL for

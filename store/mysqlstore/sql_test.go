@@ -33,16 +33,9 @@ func TestStatementsPrepare(t *testing.T) {
 			require.NoError(t, err)
 			_, err = s.ensureArchive(t.Context())
 			require.NoError(t, err)
-			stmts, err := s.core.Statements(info.Columns, s.archiveTable().quoted())
+			core, err := s.core.Statements(info.Columns, s.archiveTable().quoted())
 			require.NoError(t, err)
-			for name, q := range s.statements(info) {
-				stmts[name] = q
-			}
-			for name, q := range stmts {
-				st, err := db.PrepareContext(t.Context(), q)
-				require.NoError(t, err, "%s: %s", name, q)
-				require.NoError(t, st.Close())
-			}
+			require.NoError(t, sqlcore.Prepare(t.Context(), db, core, s.statements(info)))
 		})
 	}
 }
@@ -92,7 +85,7 @@ func (s *Store) statements(info tableInfo) map[string]string {
 		out[fmt.Sprintf("ack delete=%v", del)], _ = s.ackSQL(info, del, same)
 		out[fmt.Sprintf("ack mixed delete=%v", del)], _ = s.ackSQL(info, del, mixed)
 	}
-	for _, p := range claimVariants() {
+	for _, p := range sqlcore.ClaimVariants() {
 		name := fmt.Sprintf("claim ordered=%v block=%v payload=%d", p.Ordered, p.BlockOnDead, p.MaxPayload)
 		qs, sel := s.claimSQLs(info, p)
 		for i, q := range qs {
@@ -109,20 +102,6 @@ func (s *Store) statements(info tableInfo) map[string]string {
 	return out
 }
 
-// claimVariants are the claims whose statements differ.
-func claimVariants() []outbox.ClaimParams {
-	var out []outbox.ClaimParams
-	for _, ordered := range []bool{false, true} {
-		for _, block := range []bool{false, true} {
-			for _, maxPayload := range []int{0, 100} {
-				out = append(out, outbox.ClaimParams{Limit: 10, Lease: time.Minute, Ordered: ordered, BlockOnDead: block,
-					MaxPayload: maxPayload})
-			}
-		}
-	}
-	return out
-}
-
 // TestParseTime: go-sql-driver's times (parseTime=true) are read by their
 // wall clock, in UTC, whatever the DSN's loc; text as MySQL writes it.
 func TestParseTime(t *testing.T) {
@@ -132,10 +111,10 @@ func TestParseTime(t *testing.T) {
 		[]byte("2024-01-02 03:04:05.123456"),
 		"2024-01-02 03:04:05.123456",
 	} {
-		got, ok := parseTime(v)
+		got, ok := dialect.ParseTime(v)
 		require.True(t, ok, "%v", v)
 		require.Equal(t, want, got)
 	}
-	_, ok := parseTime(nil)
+	_, ok := dialect.ParseTime(nil)
 	require.False(t, ok)
 }

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -293,25 +292,6 @@ func headIndex(lead map[string][3]string) string {
 func primaryOnID(ctx context.Context, q queryer, t table) (bool, error) {
 	cols, err := sqlcore.Strings(ctx, q, "primary key of "+t.raw, primaryKeySQL, t.schemaArg(), t.name)
 	return len(cols) > 0 && strings.EqualFold(cols[len(cols)-1], "id"), err
-}
-
-// parseTime reads a DATETIME scanned into an any: a time.Time when the DSN
-// has parseTime=true (its wall clock is taken as UTC, whatever the DSN's
-// loc), or the text otherwise. ok is false for NULL and for what it cannot read.
-func parseTime(v any) (time.Time, bool) {
-	switch v := v.(type) {
-	case time.Time:
-		return time.Date(v.Year(), v.Month(), v.Day(), v.Hour(), v.Minute(), v.Second(), v.Nanosecond(), time.UTC), true
-	case []byte:
-		return parseTimeText(string(v))
-	case string:
-		return parseTimeText(v)
-	}
-	return time.Time{}, false
-}
-
-func parseTimeText(s string) (time.Time, bool) {
-	return sqlcore.ParseTimeText(s, []string{"2006-01-02 15:04:05.999999999", "2006-01-02"})
 }
 
 // MySQL error numbers the Store translates or retries.

@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"time"
@@ -45,8 +46,8 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 		st.ord = s.orderedClaimSQL(cols, p, st.sel)
 	}
 	var c *outbox.Claim
-	err = s.write(ctx, func() error {
-		c, err = s.claimOnce(ctx, st, p)
+	err = s.core.InTx(ctx, func(tx *sql.Tx) (err error) {
+		c, err = s.claimOnce(ctx, tx, st, p)
 		return err
 	})
 	if err != nil {
@@ -69,14 +70,8 @@ type claimStatements struct {
 
 // claimOnce runs a claim in its own transaction: the claim statement, or
 // for an ordered claim the steps of runs.go.
-func (s *Store) claimOnce(ctx context.Context, st claimStatements, p outbox.ClaimParams) (*outbox.Claim, error) {
+func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, st claimStatements, p outbox.ClaimParams) (*outbox.Claim, error) {
 	sel := st.sel
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-
 	now := time.Now()
 	c := &outbox.Claim{}
 	maxPayload := rowcheck.PayloadLimit(p.MaxPayload)
@@ -105,6 +100,7 @@ func (s *Store) claimOnce(ctx context.Context, st claimStatements, p outbox.Clai
 		}
 		return n, rows.Close()
 	}
+	var err error
 	if p.Ordered {
 		err = s.claimRuns(ctx, tx, st, p, now, read)
 	} else {
@@ -114,9 +110,6 @@ func (s *Store) claimOnce(ctx context.Context, st claimStatements, p outbox.Clai
 		return nil, err
 	}
 	rowcheck.ReadSizes(ctx, tx, fmt.Sprintf(payloadSizesSQL, s.table.quoted()), c.Malformed)
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
-	}
 	return c, nil
 }
 

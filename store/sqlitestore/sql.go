@@ -36,7 +36,20 @@ var dialect = &sqlcore.Dialect{
 		var se *sqlite.Error
 		return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE
 	},
-	ParseTime: parseTime,
+	// The driver parses DATETIME and TIMESTAMP columns into time.Time;
+	// others hold text in one of SQLite's time formats, or unix seconds.
+	TimeLayouts: []string{
+		"2006-01-02 15:04:05.999999999Z07:00",
+		"2006-01-02T15:04:05.999999999Z07:00",
+		"2006-01-02 15:04:05.999999999",
+		"2006-01-02T15:04:05.999999999",
+		"2006-01-02 15:04Z07:00",
+		"2006-01-02T15:04Z07:00",
+		"2006-01-02 15:04",
+		"2006-01-02T15:04",
+		"2006-01-02",
+	},
+	UnixSeconds: true,
 }
 
 // The catalog queries; their parameters are the table's name and its schema ("main" when unqualified).

@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -35,16 +34,9 @@ func TestStatementsPrepare(t *testing.T) {
 			_, err = s.ensureArchive(t.Context(), conn, s.archiveTable())
 			require.NoError(t, err)
 			require.NoError(t, conn.Close())
-			stmts, err := s.core.Statements(cols.Columns, s.archiveTable().quoted())
+			core, err := s.core.Statements(cols.Columns, s.archiveTable().quoted())
 			require.NoError(t, err)
-			for name, q := range s.statements(cols) {
-				stmts[name] = q
-			}
-			for name, q := range stmts {
-				st, err := db.PrepareContext(t.Context(), q)
-				require.NoError(t, err, "%s: %s", name, q)
-				require.NoError(t, st.Close())
-			}
+			require.NoError(t, sqlcore.Prepare(t.Context(), db, core, s.statements(cols)))
 		})
 	}
 }
@@ -70,21 +62,16 @@ func (s *Store) statements(cols columns) map[string]string {
 	two := []*outbox.Message{{RowID: 1, Attempt: 1}, {RowID: 2, Attempt: 2}}
 	out["ack"], _ = s.ackSQL(two, false)
 	out["ack delete"], _ = s.ackSQL(two, true)
-	for _, ordered := range []bool{false, true} {
-		for _, block := range []bool{false, true} {
-			for _, maxPayload := range []int{0, 100} {
-				p := outbox.ClaimParams{Limit: 10, Lease: time.Minute, Ordered: ordered, BlockOnDead: block, MaxPayload: maxPayload}
-				name := fmt.Sprintf("claim ordered=%v block=%v payload=%d", ordered, block, maxPayload)
-				q, sel := s.claimSQL(cols, p)
-				out[name] = q
-				if !ordered {
-					continue
-				}
-				out[name+" runs"] = s.runsSQL(cols, p, sel)
-				if ord := s.orderedClaimSQL(cols, p, sel); ord != nil {
-					out[name+" walk"], out[name+" beyond"], out[name+" heads"] = ord.walk, ord.beyond, ord.heads
-				}
-			}
+	for _, p := range sqlcore.ClaimVariants() {
+		name := fmt.Sprintf("claim ordered=%v block=%v payload=%d", p.Ordered, p.BlockOnDead, p.MaxPayload)
+		q, sel := s.claimSQL(cols, p)
+		out[name] = q
+		if !p.Ordered {
+			continue
+		}
+		out[name+" runs"] = s.runsSQL(cols, p, sel)
+		if ord := s.orderedClaimSQL(cols, p, sel); ord != nil {
+			out[name+" walk"], out[name+" beyond"], out[name+" heads"] = ord.walk, ord.beyond, ord.heads
 		}
 	}
 	return out

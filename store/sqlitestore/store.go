@@ -224,38 +224,6 @@ func hasIndex(ctx context.Context, q queryer, t table, name string) (bool, error
 // which SQLite's date functions read.
 func formatTime(t time.Time) string { return sqlcore.FormatTime(t) }
 
-// parseTime reads a timestamp column scanned into an any: a time.Time (the
-// driver parses DATETIME and TIMESTAMP columns), text in one of SQLite's time
-// formats (UTC unless it carries a zone), or unix seconds. ok is false for
-// NULL and for anything it cannot read.
-func parseTime(v any) (time.Time, bool) {
-	switch v := v.(type) {
-	case time.Time:
-		return v, true
-	case int64:
-		return time.Unix(v, 0), true
-	case []byte:
-		return parseTimeText(string(v))
-	case string:
-		return parseTimeText(v)
-	}
-	return time.Time{}, false
-}
-
-var textTimeLayouts = []string{
-	"2006-01-02 15:04:05.999999999Z07:00",
-	"2006-01-02T15:04:05.999999999Z07:00",
-	"2006-01-02 15:04:05.999999999",
-	"2006-01-02T15:04:05.999999999",
-	"2006-01-02 15:04Z07:00",
-	"2006-01-02T15:04Z07:00",
-	"2006-01-02 15:04",
-	"2006-01-02T15:04",
-	"2006-01-02",
-}
-
-func parseTimeText(s string) (time.Time, bool) { return sqlcore.ParseTimeText(s, textTimeLayouts) }
-
 // julianToTime converts a Julian day number (SQLite's julianday()) to a time.
 func julianToTime(jd float64) time.Time {
 	const unixEpochJD = 2440587.5

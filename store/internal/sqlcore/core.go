@@ -243,23 +243,40 @@ func (c *Core) batchOnce(ctx context.Context, n int, stmt func(e Execer, lo, hi 
 	if n <= c.Chunk {
 		return stmt(c.DB, 0, n)
 	}
+	var total int64
+	err := c.inTx(ctx, func(tx *sql.Tx) error {
+		for lo := 0; lo < n; lo += c.Chunk {
+			k, err := stmt(tx, lo, min(lo+c.Chunk, n))
+			if err != nil {
+				return err
+			}
+			total += k
+		}
+		return nil
+	})
+	return total, err
+}
+
+// InTx runs f in a transaction (c.TxOptions), which it commits when f
+// returns nil and rolls back otherwise, through c.Write: a transaction the
+// database gave up on (a deadlock victim, a busy database) runs again.
+func (c *Core) InTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	return c.Write(ctx, func() error { return c.inTx(ctx, f) })
+}
+
+func (c *Core) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 	tx, err := c.DB.BeginTx(ctx, c.TxOptions)
 	if err != nil {
-		return 0, fmt.Errorf("begin: %w", err)
+		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	var total int64
-	for lo := 0; lo < n; lo += c.Chunk {
-		k, err := stmt(tx, lo, min(lo+c.Chunk, n))
-		if err != nil {
-			return 0, err
-		}
-		total += k
+	if err := f(tx); err != nil {
+		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("commit: %w", err)
+		return fmt.Errorf("commit: %w", err)
 	}
-	return total, nil
+	return nil
 }
 
 // InsertTx inserts msgs in tx with one statement per c.Chunk messages,

@@ -216,10 +216,29 @@ func headers(v any) (map[string]string, error) {
 	return h, nil
 }
 
-// ParseTimeText reads a time in the first of layouts that fits s (UTC unless
-// it carries a zone).
-func ParseTimeText(s string, layouts []string) (time.Time, bool) {
-	for _, l := range layouts {
+// ParseTime reads a timestamp column scanned into an any: a time.Time (by
+// its wall clock in UTC with d.WallClockUTC), text in one of d.TimeLayouts
+// (UTC unless it carries a zone), or with d.UnixSeconds an integer. ok is
+// false for NULL and for what it cannot read.
+func (d *Dialect) ParseTime(v any) (t time.Time, ok bool) {
+	switch v := v.(type) {
+	case time.Time:
+		if d.WallClockUTC {
+			return time.Date(v.Year(), v.Month(), v.Day(), v.Hour(), v.Minute(), v.Second(), v.Nanosecond(), time.UTC), true
+		}
+		return v, true
+	case int64:
+		return time.Unix(v, 0), d.UnixSeconds
+	case []byte:
+		return d.parseTimeText(string(v))
+	case string:
+		return d.parseTimeText(v)
+	}
+	return time.Time{}, false
+}
+
+func (d *Dialect) parseTimeText(s string) (time.Time, bool) {
+	for _, l := range d.TimeLayouts {
 		if t, err := time.Parse(l, s); err == nil {
 			return t, true
 		}

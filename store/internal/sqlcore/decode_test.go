@@ -12,13 +12,7 @@ import (
 
 var testDialect = &Dialect{
 	Store: "teststore", Quote: '"', MaxIdent: 63, PayloadPrefix: "substr(%s, 1, %d)",
-	ParseTime: func(v any) (time.Time, bool) {
-		s, ok, err := Text(v)
-		if !ok || err != nil {
-			return time.Time{}, false
-		}
-		return ParseTimeText(s, []string{"2006-01-02 15:04:05.999999999"})
-	},
+	TimeLayouts: []string{"2006-01-02 15:04:05.999999999"},
 }
 
 // FuzzDecodeRow feeds arbitrary column values to the claim's decoder, as
@@ -72,6 +66,33 @@ func TestDecodeRowNumbers(t *testing.T) {
 	require.JSONEq(t, `1.5`, string(m.Payload))
 	_, err = testDialect.DecodeRow(sel, []any{"m", "order", "1", "E", true, nil})
 	require.ErrorContains(t, err, "payload is a bool")
+}
+
+func TestParseTime(t *testing.T) {
+	want := time.Date(2024, 1, 2, 3, 4, 5, 123456000, time.UTC)
+	local := time.Date(2024, 1, 2, 3, 4, 5, 123456000, time.FixedZone("x", 3600))
+	for _, c := range []struct {
+		name string
+		d    Dialect
+		v    any
+		want time.Time
+		ok   bool
+	}{
+		{"Time", Dialect{}, local, local, true},
+		{"TimeWallClockUTC", Dialect{WallClockUTC: true}, local, want, true},
+		{"Bytes", *testDialect, []byte("2024-01-02 03:04:05.123456"), want, true},
+		{"String", *testDialect, "2024-01-02 03:04:05.123456", want, true},
+		{"OtherLayout", *testDialect, "2024-01-02T03:04:05Z", time.Time{}, false},
+		{"UnixSeconds", Dialect{UnixSeconds: true}, int64(1704164645), time.Unix(1704164645, 0), true},
+		{"NoUnixSeconds", Dialect{}, int64(1704164645), time.Time{}, false},
+		{"Null", *testDialect, nil, time.Time{}, false},
+	} {
+		got, ok := c.d.ParseTime(c.v)
+		require.Equal(t, c.ok, ok, c.name)
+		if ok {
+			require.True(t, c.want.Equal(got), "%s: got %v", c.name, got)
+		}
+	}
 }
 
 func TestErrorText(t *testing.T) {

@@ -47,9 +47,14 @@ type Dialect struct {
 	NowArg func() any
 	// Duplicate reports whether err is the database's unique violation.
 	Duplicate func(error) bool
-	// ParseTime reads a timestamp column scanned into an any; ok is false
-	// for NULL and for what it cannot read.
-	ParseTime func(any) (t time.Time, ok bool)
+	// TimeLayouts are the text forms in which the driver may hand back a
+	// timestamp (ParseTime).
+	TimeLayouts []string
+	// WallClockUTC says that the driver's time.Time values carry the
+	// column's wall clock, which is UTC, in whatever location it put them.
+	WallClockUTC bool
+	// UnixSeconds says that an integer timestamp is in seconds since 1970.
+	UnixSeconds bool
 }
 
 // TimeLayout is how the stores write times: UTC, with microseconds. Text in

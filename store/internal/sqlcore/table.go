@@ -6,6 +6,9 @@ import (
 	"hash/fnv"
 	"regexp"
 	"strings"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/tablecheck"
 )
 
 // ParseTable checks a table name, "name" or "schema.name", each part a
@@ -119,6 +122,32 @@ func Strings(ctx context.Context, q Queryer, what, query string, args ...any) ([
 		return nil, fmt.Errorf("read %s: %w", what, err)
 	}
 	return out, nil
+}
+
+// CheckTable is a store's outbox.TableChecker check of table (as given),
+// whose columns are defs: with none, the table was not found, and
+// notFound says where it was looked for; otherwise p (with its Columns and
+// Contract filled in from defs) lists the problems. It returns a
+// *outbox.TableError naming them, or nil for none.
+func CheckTable(table string, defs []ColumnDef, notFound func() (outbox.TableProblem, error), p tablecheck.Params) error {
+	var problems []outbox.TableProblem
+	if len(defs) == 0 {
+		problem, err := notFound()
+		if err != nil {
+			return err
+		}
+		problems = append(problems, problem)
+	} else {
+		p.Columns, p.Contract = make(map[string]string, len(defs)), ContractColumns
+		for _, d := range defs {
+			p.Columns[d.Name] = strings.ToLower(d.Type)
+		}
+		problems = tablecheck.Problems(p)
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return &outbox.TableError{Table: table, Problems: problems}
 }
 
 // Names is the set of the columns' names.
