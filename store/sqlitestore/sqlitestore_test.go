@@ -3,6 +3,7 @@ package sqlitestore_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
@@ -84,6 +87,27 @@ func writeFunc(db *sql.DB, s *sqlitestore.Store) func(ctx context.Context, msgs 
 	}
 }
 
+// retryBusy makes write try again, up to five more times, when SQLite
+// reports the database busy: in the suite's RelaysEndToEnd, four writers
+// and three relays contend for SQLite's one write lock, and on a loaded
+// machine a writer can lose it for longer than busy_timeout; it then does
+// what a service would, and tries the transaction again.
+func retryBusy(write func(ctx context.Context, msgs ...*outbox.Message) error) func(ctx context.Context, msgs ...*outbox.Message) error {
+	return func(ctx context.Context, msgs ...*outbox.Message) error {
+		err := write(ctx, msgs...)
+		for try := 0; isBusy(err) && try < 5; try++ {
+			err = write(ctx, msgs...)
+		}
+		return err
+	}
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY.
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
+}
+
 func sqliteTime(tm time.Time) any { return tm.UTC().Format("2006-01-02 15:04:05.000000") }
 
 func TestStore(t *testing.T) {
@@ -92,7 +116,7 @@ func TestStore(t *testing.T) {
 		Dialect: storetest.SQLite,
 		New: func(t *testing.T) *storetest.Fixture {
 			s, db := newStore(t)
-			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: s.Table()}
+			return &storetest.Fixture{Store: s, Write: retryBusy(writeFunc(db, s)), DB: db, Table: s.Table()}
 		},
 		Chunked: func(t *testing.T, rows int) *storetest.Fixture {
 			s, db := newStore(t, sqlitestore.WithChunkRows(rows))

@@ -31,7 +31,8 @@
 // whose status is NULL or not 0, 1 or 2 (written by another program) left
 // alone by claims and counted apart in [outbox.Stats.OtherStatus],
 // concurrent claimers that never share a row, per-aggregate ordered claims
-// (also under concurrency), malformed rows reported in [outbox.Claim] so they
+// (also under concurrency), three relays with ordering delivering what four
+// writers commit meanwhile, malformed rows reported in [outbox.Claim] so they
 // can be killed, a Writer round trip that keeps every field, a table made
 // by hand with only the contract columns, and hostile rows (values a writer
 // in another language can put in those columns: a retry_count at an

@@ -133,6 +133,7 @@ func Run(t *testing.T, h Harness) {
 		{"OrderedClaimsAggregateHeads", s.ordered},
 		{"OrderedConcurrentKeepsAggregateOrder", s.orderedConcurrent},
 		{"OrderedClaimsRuns", s.orderedRuns},
+		{"RelaysEndToEnd", s.relaysEndToEnd},
 		{"WriterRoundTrip", s.writerRoundTrip},
 		{"DuplicateMessageIDFails", s.duplicateMessageID},
 		{"MalformedRowsCanBeKilled", s.malformed},
