@@ -3,10 +3,8 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
-	"strings"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 // InsertTx inserts msgs, already validated by the Writer, in the caller's
@@ -19,12 +17,4 @@ import (
 // concurrent use (with distinct transactions).
 func (s *Store) InsertTx(ctx context.Context, tx *sql.Tx, msgs []*outbox.Message) error {
 	return s.core.InsertTx(ctx, tx, msgs, s.insertSQL)
-}
-
-// insertSQL is the INSERT of n rows of the columns names; its parameters
-// are each row's values.
-func (s *Store) insertSQL(names []string, n int) string {
-	row := "(" + sqlcore.Placeholders(len(names)) + ", 0, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"
-	return "INSERT INTO " + s.table.quoted() + " (" + strings.Join(names, ", ") +
-		", status, retry_count, created_at, updated_at) VALUES " + strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
 }

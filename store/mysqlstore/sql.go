@@ -1,16 +1,17 @@
 package mysqlstore
 
 import (
+	"strings"
 	"time"
 
+	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
-// This file holds the store's fixed statements and its dialect: what
-// store/internal/sqlcore builds differently for MySQL and MariaDB. The
-// statements that depend on the table's columns and indexes are built next
-// to their use (claim.go, mark.go, runs.go, ordered.go); sql_test.go
-// prepares every one of them on the server.
+// This file holds the store's statements and its dialect: what
+// store/internal/sqlcore builds differently for MySQL and MariaDB. The claim's
+// statements are built next to the steps that run them (claim.go, runs.go,
+// ordered.go); sql_test.go prepares every statement on the server.
 
 // dialect is MySQL's and MariaDB's SQL for sqlcore. Times are DATETIME(6)
 // in UTC, compared with UTC_TIMESTAMP(6).
@@ -83,3 +84,103 @@ const (
 	migrateLockSQL   = "SELECT GET_LOCK(" + lockNameSQL + ", ?)"
 	migrateUnlockSQL = "SELECT RELEASE_LOCK(" + lockNameSQL + ")"
 )
+
+// The statements built for the table's columns and the batch's size.
+
+// insertSQL is the INSERT of n rows of the columns names; its parameters
+// are each row's values.
+func (s *Store) insertSQL(names []string, n int) string {
+	row := "(" + sqlcore.Placeholders(len(names)) + ", 0, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"
+	return "INSERT INTO " + s.table.quoted() + " (" + strings.Join(names, ", ") +
+		", status, retry_count, created_at, updated_at) VALUES " + strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
+}
+
+// fence is the join condition Reschedule and Kill share (with WHERE o.status
+// = 0): the row is still pending and its retry_count is still the attempt
+// the claim handed out. Ack says the same with an IN list (ackMatch).
+const fence = "o.id = a.id AND o.retry_count = a.attempt"
+
+// ackSQL returns the statement that acknowledges ms (not empty), and its arguments.
+func (s *Store) ackSQL(info tableInfo, del bool, ms []*outbox.Message) (string, []any) {
+	from := s.table.quoted() + " AS o"
+	if info.pkID {
+		from += " FORCE INDEX (PRIMARY)"
+	}
+	match, args := ackMatch(ms)
+	if del {
+		return "DELETE o FROM " + from + " WHERE o.status = 0 AND " + match, args
+	}
+	return "UPDATE " + from + " SET o.status = 1, o.updated_at = UTC_TIMESTAMP(6) WHERE o.status = 0 AND " + match, args
+}
+
+// ackMatch returns the condition that matches each of ms by id and attempt
+// (on the table as "o"), and its arguments. ms is not empty.
+//
+// A derived table of (id, attempt) pairs made of UNION ALL SELECTs costs
+// the server a parse and plan of one SELECT per message: on MariaDB 10.11,
+// acknowledging 1,000 rows that way took about 16 ms of the server's CPU,
+// and with the id list about 11 ms; the (id, retry_count) list falls between.
+func ackMatch(ms []*outbox.Message) (string, []any) {
+	attempt := ms[0].Attempt
+	same := true
+	for _, m := range ms[1:] {
+		if m.Attempt != attempt {
+			same = false
+			break
+		}
+	}
+	if same {
+		args := make([]any, 0, len(ms)+1)
+		args = append(args, int64(attempt))
+		for _, m := range ms {
+			args = append(args, m.RowID)
+		}
+		return "o.retry_count = ? AND o.id IN (" + sqlcore.Placeholders(len(ms)) + ")", args
+	}
+	args := make([]any, 0, 2*len(ms))
+	for _, m := range ms {
+		args = append(args, m.RowID, int64(m.Attempt))
+	}
+	return "(o.id, o.retry_count) IN (" + sqlcore.Tuples(len(ms), 2) + ")", args
+}
+
+// rescheduleSQL is the statement that reschedules n messages; its
+// parameters are each message's id, attempt, time and error text.
+func (s *Store) rescheduleSQL(cols sqlcore.Columns, refund bool, n int) string {
+	a := derived(n, "CAST(? AS SIGNED) AS id", "CAST(? AS SIGNED) AS attempt",
+		"CAST(? AS DATETIME(6)) AS at", "CAST(? AS CHAR) AS err")
+	set := "o.next_retry_at = a.at, o.updated_at = UTC_TIMESTAMP(6)"
+	if refund {
+		set += ", o.retry_count = a.attempt - 1"
+	}
+	if cols.LastError {
+		set += ", o.last_error = a.err"
+	}
+	return "UPDATE " + s.table.quoted() + " AS o JOIN " + a + " ON " + fence + " SET " + set + " WHERE o.status = 0"
+}
+
+// killSQL is the statement that kills n messages; its parameters are each
+// message's id, attempt and reason.
+func (s *Store) killSQL(cols sqlcore.Columns, n int) string {
+	a := derived(n, "CAST(? AS SIGNED) AS id", "CAST(? AS SIGNED) AS attempt", "CAST(? AS CHAR) AS err")
+	set := "o.status = 2, o.updated_at = UTC_TIMESTAMP(6)"
+	if cols.LastError {
+		set += ", o.last_error = a.err"
+	}
+	return "UPDATE " + s.table.quoted() + " AS o JOIN " + a + " ON " + fence + " SET " + set + " WHERE o.status = 0"
+}
+
+// derived returns a derived table "a" of n rows whose columns are typed by
+// the first row's expressions, e.g. (SELECT CAST(? AS SIGNED) AS id UNION
+// ALL SELECT ?) AS a. It works on MySQL 8 and MariaDB alike, which spell
+// table value constructors differently.
+func derived(n int, first ...string) string {
+	var b strings.Builder
+	b.WriteString("(SELECT " + strings.Join(first, ", "))
+	rest := " UNION ALL SELECT " + sqlcore.Placeholders(len(first))
+	for range n - 1 {
+		b.WriteString(rest)
+	}
+	b.WriteString(") AS a")
+	return b.String()
+}

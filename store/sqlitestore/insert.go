@@ -3,8 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/outboxkit/outbox"
@@ -22,25 +20,4 @@ var ErrDuplicate = outbox.ErrDuplicate
 // Safe for concurrent use (with distinct transactions).
 func (s *Store) InsertTx(ctx context.Context, tx *sql.Tx, msgs []*outbox.Message) error {
 	return s.core.InsertTx(ctx, tx, msgs, s.insertSQL, formatTime(time.Now()))
-}
-
-// insertSQL is the INSERT of n rows of the columns names; ?1 is now, each
-// row's values follow, numbered explicitly.
-func (s *Store) insertSQL(names []string, n int) string {
-	var b strings.Builder
-	b.WriteString("INSERT INTO " + s.table.quoted() + " (" + strings.Join(names, ", ") +
-		", status, retry_count, created_at, updated_at) VALUES ")
-	p := 1
-	for i := range n {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteByte('(')
-		for range names {
-			p++
-			b.WriteString("?" + strconv.Itoa(p) + ", ")
-		}
-		b.WriteString("0, 0, ?1, ?1)")
-	}
-	return b.String()
 }
