@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 // openInternal returns a migrated Store on a database of t's own.
@@ -118,7 +119,7 @@ func TestPrimaryKeyPlans(t *testing.T) {
 		}
 		q, args := s.ackSQL(info, c.del, ms)
 		if c.lease {
-			q = s.leaseSQL(info) + " WHERE id IN (" + placeholders(len(ms)) + ")"
+			q = s.leaseSQL(info) + " WHERE id IN (" + sqlcore.Placeholders(len(ms)) + ")"
 			args = []any{int64(30e6)}
 			for _, m := range ms {
 				args = append(args, m.RowID)

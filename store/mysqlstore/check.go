@@ -3,10 +3,10 @@ package mysqlstore
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/tablecheck"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 var _ outbox.TableChecker = (*Store)(nil)
@@ -46,30 +46,20 @@ func (s *Store) CheckTable(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("mysqlstore: check table: %w", err)
 	}
-	if len(defs) == 0 {
+	return sqlcore.CheckTable(s.table.raw, defs, func() (outbox.TableProblem, error) {
 		var db *string
-		if err := s.db.QueryRowContext(ctx, "SELECT COALESCE(?, DATABASE())", s.table.schemaArg()).Scan(&db); err != nil {
-			return fmt.Errorf("mysqlstore: check table: %w", err)
+		if err := s.db.QueryRowContext(ctx, databaseSQL, s.table.schemaArg()).Scan(&db); err != nil {
+			return outbox.TableProblem{}, fmt.Errorf("mysqlstore: check table: %w", err)
 		}
 		where := "no database selected"
 		if db != nil {
 			where = "database " + *db
 		}
-		return &outbox.TableError{Table: s.table.raw, Problems: []outbox.TableProblem{{
+		return outbox.TableProblem{
 			Problem: fmt.Sprintf("table %s not found (%s)", s.table.name, where),
 			Fix:     "run `outbox migrate` with this config, or correct the table name (table:) or the database in the DSN",
-		}}}
-	}
-	cols := make(map[string]string, len(defs))
-	for _, d := range defs {
-		cols[d.name] = strings.ToLower(d.typ)
-	}
-	problems := tablecheck.Problems(tablecheck.Params{Columns: cols, Contract: contractColumns, Kinds: columnKinds,
-		Alter: func(c, _ string, k tablecheck.Kind) string {
-			return fmt.Sprintf("ALTER TABLE %s MODIFY %s %s (keep its NULL/NOT NULL and default)", s.table.quoted(), quoteIdent(c), k.Want)
-		}})
-	if len(problems) > 0 {
-		return &outbox.TableError{Table: s.table.raw, Problems: problems}
-	}
-	return nil
+		}, nil
+	}, tablecheck.Params{Kinds: columnKinds, Alter: func(c, _ string, k tablecheck.Kind) string {
+		return fmt.Sprintf("ALTER TABLE %s MODIFY %s %s (keep its NULL/NOT NULL and default)", s.table.quoted(), quoteIdent(c), k.Want)
+	}})
 }

@@ -4,17 +4,14 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/rowcheck"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 // Claim takes up to p.Limit due pending rows in id order that no other
@@ -41,11 +38,8 @@ import (
 // back in Claim.Malformed, each error naming the row; a NULL or negative
 // retry_count counts as 0.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
-	if p.Limit < 1 {
-		return nil, fmt.Errorf("mysqlstore: claim: limit %d is less than 1", p.Limit)
-	}
-	if p.Lease <= 0 {
-		return nil, fmt.Errorf("mysqlstore: claim: lease %v is not positive", p.Lease)
+	if err := dialect.CheckClaim(p); err != nil {
+		return nil, err
 	}
 	info, err := s.tableInfo(ctx, s.db)
 	if err != nil {
@@ -61,8 +55,8 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 		st.ord = s.orderedClaimSQL(info, p, sel)
 	}
 	var c *outbox.Claim
-	err = retryDeadlock(ctx, func() (err error) {
-		c, err = s.claimOnce(ctx, info, st, p)
+	err = s.core.InTx(ctx, func(tx *sql.Tx) (err error) {
+		c, err = s.claimOnce(ctx, tx, info, st, p)
 		return err
 	})
 	if err != nil {
@@ -83,13 +77,7 @@ type claimStatements struct {
 // claimOnce runs a claim in one READ COMMITTED transaction: the locking
 // SELECTs, then for an ordered claim the steps of runs.go, then the UPDATE
 // that leases what it keeps.
-func (s *Store) claimOnce(ctx context.Context, info tableInfo, st claimStatements, p outbox.ClaimParams) (*outbox.Claim, error) {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-
+func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st claimStatements, p outbox.ClaimParams) (*outbox.Claim, error) {
 	locked := map[int64]*lockedRow{}
 	var order []*lockedRow // in the order the SELECTs returned them
 	// lock runs a locking SELECT, keeps the rows it had not locked yet, and
@@ -120,6 +108,7 @@ func (s *Store) claimOnce(ctx context.Context, info tableInfo, st claimStatement
 		}
 	} else {
 		full := len(locked) == p.Limit
+		var err error
 		if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
 			return nil, err
 		}
@@ -143,17 +132,14 @@ func (s *Store) claimOnce(ctx context.Context, info tableInfo, st claimStatement
 		}
 		c.Messages = append(c.Messages, r.message)
 	}
-	rowcheck.ReadSizes(ctx, tx, "SELECT id, LENGTH(payload) FROM "+s.table.quoted()+" WHERE id IN (%s)", c.Malformed)
+	rowcheck.ReadSizes(ctx, tx, fmt.Sprintf(payloadSizesSQL, s.table.quoted()), c.Malformed)
 	for lo := 0; lo < len(ids); lo += s.chunk {
 		chunk := ids[lo:min(lo+s.chunk, len(ids))]
 		args := append([]any{p.Lease.Microseconds()}, chunk...)
-		_, err := tx.ExecContext(ctx, st.lease+" WHERE id IN ("+placeholders(len(chunk))+")", args...)
+		_, err := tx.ExecContext(ctx, st.lease+" WHERE id IN ("+sqlcore.Placeholders(len(chunk))+")", args...)
 		if err != nil {
 			return nil, fmt.Errorf("lease rows: %w", err)
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return c, nil
 }
@@ -219,33 +205,25 @@ func (s *Store) lockRows(ctx context.Context, tx *sql.Tx, sel []string, p outbox
 		return nil, fmt.Errorf("lock rows: %w", err)
 	}
 	defer rows.Close()
-	maxPayload, payloadAt := rowcheck.PayloadLimit(p.MaxPayload), slices.Index(sel, colPayload)
-	typeAt, idAt := slices.Index(sel, colAggregateType), slices.Index(sel, colAggregateID)
+	maxPayload := rowcheck.PayloadLimit(p.MaxPayload)
+	typeAt, idAt := slices.Index(sel, sqlcore.ColAggregateType), slices.Index(sel, sqlcore.ColAggregateID)
+	var tail []any
+	if extra != nil {
+		tail = []any{extra}
+	}
 	var out []*lockedRow
 	for rows.Next() {
 		var id, attempt int64
-		vals := make([]any, len(sel))
-		ptrs := make([]any, len(sel)+2)
-		ptrs[0], ptrs[1] = &id, &attempt
-		for i := range vals {
-			ptrs[i+2] = &vals[i]
-		}
-		if extra != nil {
-			ptrs = append(ptrs, extra)
-		}
-		if err := rows.Scan(ptrs...); err != nil {
+		row, err := dialect.Scan(rows, sel, maxPayload, "{}", []any{&id, &attempt}, tail) // "{}": read only in part (claimColumns)
+		if err != nil {
 			return out, fmt.Errorf("read row: %w", err)
 		}
-		tooLarge := maxPayload > 0 && rowcheck.Len(vals[payloadAt]) > maxPayload
-		if tooLarge {
-			vals[payloadAt] = "{}" // read only in part (claimColumns)
-		}
-		m, err := decodeRow(sel, vals)
+		m, vals := row.Message, row.Vals
 		m.RowID, m.Attempt = id, int(attempt)
 		r := &lockedRow{id: id, message: m, nullAgg: vals[typeAt] == nil || vals[idAt] == nil}
-		r.agg.typ, _, _ = text(vals[typeAt])
-		r.agg.id, _, _ = text(vals[idAt])
-		r.malforms = rowcheck.RowError("mysqlstore", m, err, tooLarge, maxPayload)
+		r.agg.typ, _, _ = sqlcore.Text(vals[typeAt])
+		r.agg.id, _, _ = sqlcore.Text(vals[idAt])
+		r.malforms = rowcheck.RowError("mysqlstore", m, row.Err, row.TooLarge, maxPayload)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -280,48 +258,10 @@ func nextAttempt(col string) string {
 }
 
 // claimColumns is the select list of the columns sel of the table aliased
-// c. With a payload limit (above 0), it reads at most limit + 1 characters
-// of the payload: all of a payload within the limit (a character takes at
-// least a byte), and enough of a larger one to tell, so that a claim never
-// reads a huge payload (the claim then reads its size on its own). The
-// limit is an integer, not text from outside.
+// c, reading at most maxPayload + 1 characters of the payload (see
+// sqlcore.Dialect.ClaimColumns).
 func claimColumns(sel []string, maxPayload int) string {
-	cols := make([]string, len(sel))
-	for i, col := range sel {
-		cols[i] = "c." + col
-		if col == colPayload && maxPayload > 0 {
-			cols[i] = "LEFT(c.payload, " + strconv.Itoa(maxPayload+1) + ")"
-		}
-	}
-	return strings.Join(cols, ", ")
-}
-
-// The columns a claim decodes, after id and retry_count; the optional ones
-// only when the table has them.
-const (
-	colMessageID     = "message_id"
-	colAggregateType = "aggregate_type"
-	colAggregateID   = "aggregate_id"
-	colEventType     = "event_type"
-	colPayload       = "payload"
-	colCreatedAt     = "created_at"
-	colHeaders       = "headers"
-	colTopic         = "topic"
-	colPartitionKey  = "partition_key"
-)
-
-func selectColumns(info tableInfo) []string {
-	sel := []string{colMessageID, colAggregateType, colAggregateID, colEventType, colPayload, colCreatedAt}
-	if info.headers {
-		sel = append(sel, colHeaders)
-	}
-	if info.topic {
-		sel = append(sel, colTopic)
-	}
-	if info.partitionKey {
-		sel = append(sel, colPartitionKey)
-	}
-	return sel
+	return dialect.ClaimColumns("c.", sel, maxPayload)
 }
 
 // claimSQL builds the locking SELECT of a claim; its one parameter is the
@@ -345,7 +285,7 @@ func (s *Store) claimSQL(info tableInfo, p outbox.ClaimParams) (string, []string
 // Rows leased by other claims lie between the two, and are not read.
 func (s *Store) claimSQLs(info tableInfo, p outbox.ClaimParams) ([]string, []string) {
 	t := s.table.quoted()
-	sel := selectColumns(info)
+	sel := sqlcore.SelectColumns(info.Columns)
 	head := "SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)) +
 		" FROM " + t + " AS c"
 	ordered := ""
@@ -373,125 +313,4 @@ func (s *Store) claimSQLs(info tableInfo, p outbox.ClaimParams) ([]string, []str
 	}
 	return []string{head + force + " WHERE c.status = 0 AND (c.next_retry_at IS NULL OR c.next_retry_at <= UTC_TIMESTAMP(6))" +
 		ordered + " ORDER BY c.id" + tail}, sel
-}
-
-// placeholders returns n comma-separated question marks.
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-}
-
-// decodeRow turns a claimed row's columns into a Message. On failure it
-// returns the Message with what could be read and an error naming every bad
-// column.
-func decodeRow(sel []string, vals []any) (*outbox.Message, error) {
-	m := &outbox.Message{}
-	var errs []error
-	for i, col := range sel {
-		v := vals[i]
-		switch col {
-		case colMessageID:
-			m.MessageID = required(col, v, &errs)
-		case colAggregateType:
-			m.AggregateType = required(col, v, &errs)
-		case colAggregateID:
-			m.AggregateID = required(col, v, &errs)
-		case colEventType:
-			m.EventType = required(col, v, &errs)
-		case colTopic:
-			m.Topic = optional(col, v, &errs)
-		case colPartitionKey:
-			m.PartitionKey = optional(col, v, &errs)
-		case colCreatedAt:
-			m.CreatedAt, _ = parseTime(v) // only for latency; zero when unreadable
-		case colPayload:
-			p, err := payload(v)
-			if err != nil {
-				errs = append(errs, err)
-			}
-			m.Payload = p
-		case colHeaders:
-			h, err := headers(v)
-			if err != nil {
-				errs = append(errs, err)
-			}
-			m.Headers = h
-		}
-	}
-	return m, errors.Join(errs...)
-}
-
-// text reads a text column scanned into an any. ok is false for NULL.
-func text(v any) (s string, ok bool, err error) {
-	switch v := v.(type) {
-	case nil:
-		return "", false, nil
-	case []byte:
-		s = string(v)
-	case string:
-		s = v
-	case int64:
-		return strconv.FormatInt(v, 10), true, nil
-	case uint64:
-		return strconv.FormatUint(v, 10), true, nil
-	case float64:
-		return strconv.FormatFloat(v, 'g', -1, 64), true, nil
-	default:
-		return "", true, fmt.Errorf("is a %T, not text", v)
-	}
-	if !utf8.ValidString(s) {
-		return s, true, errors.New("is not valid UTF-8")
-	}
-	return s, true, nil
-}
-
-func required(col string, v any, errs *[]error) string {
-	s, ok, err := text(v)
-	switch {
-	case err != nil:
-		*errs = append(*errs, fmt.Errorf("%s %w", col, err))
-	case !ok:
-		*errs = append(*errs, fmt.Errorf("%s is NULL", col))
-	case s == "":
-		*errs = append(*errs, fmt.Errorf("%s is empty", col))
-	}
-	return s
-}
-
-func optional(col string, v any, errs *[]error) string {
-	s, _, err := text(v)
-	if err != nil {
-		*errs = append(*errs, fmt.Errorf("%s %w", col, err))
-	}
-	return s
-}
-
-func payload(v any) (json.RawMessage, error) {
-	s, ok, err := text(v)
-	switch {
-	case err != nil:
-		return json.RawMessage(s), fmt.Errorf("payload %w", err)
-	case !ok:
-		return nil, errors.New("payload is NULL")
-	case !json.Valid([]byte(s)):
-		return json.RawMessage(s), errors.New("payload is not valid JSON")
-	}
-	return json.RawMessage(s), nil
-}
-
-func headers(v any) (map[string]string, error) {
-	s, ok, err := text(v)
-	if err != nil {
-		return nil, fmt.Errorf("headers %w", err)
-	}
-	if !ok || s == "" {
-		return nil, nil
-	}
-	var h map[string]string
-	if err := json.Unmarshal([]byte(s), &h); err != nil {
-		return nil, fmt.Errorf("headers are not a JSON object of strings: %w", err)
-	}
-	if len(h) == 0 {
-		return nil, nil
-	}
-	return h, nil
 }

@@ -40,7 +40,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	defer conn.Close()
 	var got sql.NullInt64
-	err = conn.QueryRowContext(ctx, "SELECT GET_LOCK("+lockNameSQL+", ?)", s.table.schemaArg(), s.table.name, migrateLockTimeout).Scan(&got)
+	err = conn.QueryRowContext(ctx, migrateLockSQL, s.table.schemaArg(), s.table.name, migrateLockTimeout).Scan(&got)
 	if err != nil {
 		return fmt.Errorf("mysqlstore: migrate: lock: %w", err)
 	}
@@ -48,7 +48,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return fmt.Errorf("mysqlstore: migrate: another migration of %s held the lock for %d s", s.table.raw, migrateLockTimeout)
 	}
 	//nolint:errcheck // the lock also ends with the session
-	defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK("+lockNameSQL+")", s.table.schemaArg(), s.table.name)
+	defer conn.ExecContext(context.WithoutCancel(ctx), migrateUnlockSQL, s.table.schemaArg(), s.table.name)
 
 	if err := s.migrate(ctx, conn); err != nil {
 		return fmt.Errorf("mysqlstore: migrate %s: %w", s.table.raw, err)
@@ -92,8 +92,3 @@ func (s *Store) migrate(ctx context.Context, conn *sql.Conn) error {
 	}
 	return nil
 }
-
-// lockNameSQL is the GET_LOCK name of a table's migrations, from the
-// arguments (database or NULL for the current one, table): unique to the
-// table on the server, and at most 64 characters as MySQL requires.
-const lockNameSQL = "CONCAT('outbox_migrate_', LEFT(SHA2(CONCAT(COALESCE(?, DATABASE()), '.', ?), 256), 40))"

@@ -101,6 +101,10 @@ func TestStore(t *testing.T) {
 			s, db := newStore(t)
 			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: s.Table()}
 		},
+		Chunked: func(t *testing.T, rows int) *storetest.Fixture {
+			s, db := newStore(t, mysqlstore.WithChunkRows(rows))
+			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: s.Table()}
+		},
 		ContractOnly: func(t *testing.T) *storetest.Fixture {
 			s, db := pastedStore(t)
 			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: s.Table()}
@@ -509,80 +513,6 @@ func TestMalformedRows(t *testing.T) {
 	require.Equal(t, "Good", names[cl.Messages[0].RowID])
 	require.Equal(t, map[string]string{"k": "v"}, cl.Messages[0].Headers)
 	require.Equal(t, "t", cl.Messages[0].Topic)
-}
-
-func TestLargeBatches(t *testing.T) {
-	t.Parallel()
-	const n = 345 // several statements' worth for insert, claim, ack, reschedule and kill
-	s, db := newStore(t, mysqlstore.WithChunkRows(100))
-	ctx := t.Context()
-	msgs := make([]*outbox.Message, n)
-	for i := range msgs {
-		msgs[i] = msg("order", fmt.Sprint(i))
-		msgs[i].Headers = map[string]string{"i": fmt.Sprint(i)}
-	}
-	require.NoError(t, writeFunc(db, s)(ctx, msgs...))
-	require.Equal(t, n, count(t, db, "outbox_message"))
-
-	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: n, Lease: time.Hour})
-	require.NoError(t, err)
-	require.Len(t, c.Messages, n)
-	require.Equal(t, n, count(t, db, "outbox_message WHERE retry_count = 1"), "every claimed row leased")
-	for i, m := range c.Messages {
-		require.Equal(t, fmt.Sprint(i), m.AggregateID)
-		require.Equal(t, fmt.Sprint(i), m.Headers["i"])
-	}
-	third := n / 3
-	var retries []outbox.Retry
-	for _, m := range c.Messages[third : 2*third] {
-		retries = append(retries, outbox.Retry{Message: m, At: time.Now().Add(time.Hour), Err: "later"})
-	}
-	var dead []outbox.Dead
-	for _, m := range c.Messages[2*third:] {
-		dead = append(dead, outbox.Dead{Message: m, Reason: "poison"})
-	}
-	// In reverse, to check that the store sorts what it locks.
-	acks := append([]*outbox.Message(nil), c.Messages[:third]...)
-	for i, j := 0, len(acks)-1; i < j; i, j = i+1, j-1 {
-		acks[i], acks[j] = acks[j], acks[i]
-	}
-	require.Equal(t, third, ack(t, s, acks...))
-	require.NoError(t, s.Reschedule(ctx, outbox.RescheduleParams{Retries: retries, Refund: true}))
-	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: dead}))
-
-	st, err := s.Stats(ctx)
-	require.NoError(t, err)
-	require.EqualValues(t, third, st.SentLastMinute)
-	require.EqualValues(t, len(retries), st.Pending)
-	require.EqualValues(t, len(dead), st.Dead)
-	require.Equal(t, len(retries), count(t, db, "outbox_message WHERE retry_count = 0 AND last_error = 'later'"))
-}
-
-// TestLastError: error texts from brokers may be long or not UTF-8; a utf8mb4
-// column in strict mode would refuse the latter and fail the whole batch.
-func TestLastError(t *testing.T) {
-	t.Parallel()
-	s, db := newStore(t)
-	ctx := t.Context()
-	require.NoError(t, writeFunc(db, s)(ctx, msg("a", "1"), msg("a", "2"), msg("a", "3")))
-	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 3, Lease: time.Hour})
-	require.NoError(t, err)
-	long := strings.Repeat("é", mysqlstore.MaxErrorLength) // 2 bytes each
-	require.NoError(t, s.Reschedule(ctx, outbox.RescheduleParams{Retries: []outbox.Retry{
-		{Message: c.Messages[0], At: time.Now(), Err: "short"}, // a short first row must not narrow the column
-		{Message: c.Messages[1], At: time.Now(), Err: long},
-	}}))
-	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: []outbox.Dead{
-		{Message: c.Messages[2], Reason: "bad \xff byte"},
-	}}))
-	lastErr := func(id int64) string {
-		var e string
-		require.NoError(t, db.QueryRow("SELECT last_error FROM outbox_message WHERE id = ?", id).Scan(&e))
-		return e
-	}
-	require.Equal(t, "short", lastErr(c.Messages[0].RowID))
-	require.Equal(t, strings.Repeat("é", mysqlstore.MaxErrorLength/2), lastErr(c.Messages[1].RowID))
-	require.Equal(t, "bad \uFFFD byte", lastErr(c.Messages[2].RowID))
 }
 
 func msg(aggType, aggID string) *outbox.Message {

@@ -5,16 +5,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 // DefaultTable is the table a Store uses unless [WithTable] says otherwise.
@@ -56,7 +55,8 @@ var ErrNoTable = errors.New("mysqlstore: outbox table not found")
 type Store struct {
 	db    *sql.DB
 	table table
-	chunk int // messages per statement
+	chunk int           // messages per statement
+	core  *sqlcore.Core // what it does as sqlitestore does, in MySQL's dialect
 	// afterLock, set only by tests, runs between an ordered claim's locking
 	// reads and its fresh read of their runs (runs.go).
 	afterLock func()
@@ -117,19 +117,20 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("mysqlstore: new store: %w", err)
 	}
-	return &Store{db: db, table: t, chunk: cfg.chunkRows}, nil
+	s := &Store{db: db, table: t, chunk: cfg.chunkRows}
+	s.core = &sqlcore.Core{
+		D: dialect, DB: db, Table: t.quoted(), Chunk: cfg.chunkRows,
+		Columns: s.coreColumns, Write: retryDeadlock,
+		TxOptions: &sql.TxOptions{Isolation: sql.LevelReadCommitted},
+	}
+	return s, nil
 }
 
 // Table returns the name of the outbox table as given to [WithTable].
 func (s *Store) Table() string { return s.table.raw }
 
 // Ping checks that the database can be reached.
-func (s *Store) Ping(ctx context.Context) error {
-	if err := s.db.PingContext(ctx); err != nil {
-		return fmt.Errorf("mysqlstore: ping: %w", err)
-	}
-	return nil
-}
+func (s *Store) Ping(ctx context.Context) error { return s.core.Ping(ctx) }
 
 // table is a validated table name, kept raw and split.
 type table struct {
@@ -138,35 +139,16 @@ type table struct {
 	name   string
 }
 
-var identPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
-
 func parseTable(raw string) (table, error) {
-	parts := strings.Split(raw, ".")
-	if len(parts) > 2 {
-		return table{}, fmt.Errorf("table name %q has more than one dot", raw)
-	}
-	for _, p := range parts {
-		if !identPattern.MatchString(p) {
-			return table{}, fmt.Errorf("table name %q: %q is not a letter or underscore followed by up to 63 letters, digits or underscores", raw, p)
-		}
-	}
-	t := table{raw: raw, name: parts[len(parts)-1]}
-	if len(parts) == 2 {
-		t.schema = parts[0]
-	}
-	return t, nil
+	schema, name, err := dialect.ParseTable(raw)
+	return table{raw: raw, schema: schema, name: name}, err
 }
 
 // quoteIdent quotes one identifier with backticks.
-func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+func quoteIdent(s string) string { return dialect.Ident(s) }
 
 // quoted is the table as it goes into SQL.
-func (t table) quoted() string {
-	if t.schema == "" {
-		return quoteIdent(t.name)
-	}
-	return quoteIdent(t.schema) + "." + quoteIdent(t.name)
-}
+func (t table) quoted() string { return dialect.Qualified(t.schema, t.name) }
 
 // schemaArg is the table's database as a query argument: NULL for the
 // current one (the queries read it as COALESCE(?, DATABASE())).
@@ -177,15 +159,9 @@ func (t table) schemaArg() any {
 	return t.schema
 }
 
-// contractColumns are the columns every outbox table has (shared/DESIGN.md).
-var contractColumns = []string{
-	"id", "message_id", "aggregate_type", "aggregate_id", "event_type", "payload",
-	"status", "retry_count", "next_retry_at", "created_at", "updated_at",
-}
-
 // tableInfo is what the Store knows of its table.
 type tableInfo struct {
-	headers, topic, partitionKey, lastError bool
+	sqlcore.Columns
 	// claimIndex is an index whose leading columns are (status, id), which
 	// the claim forces so that it walks pending rows in id order and locks
 	// only what it takes; "" when the table has none.
@@ -204,9 +180,7 @@ type tableInfo struct {
 }
 
 // queryer is a *sql.DB, *sql.Conn or *sql.Tx.
-type queryer interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
+type queryer = sqlcore.Queryer
 
 // tableInfo returns what the table has, detecting it on first use through q
 // (the caller's transaction when there is one, so that a pool of one
@@ -217,28 +191,15 @@ func (s *Store) tableInfo(ctx context.Context, q queryer) (tableInfo, error) {
 	if s.info != nil {
 		return *s.info, nil
 	}
-	cols, err := tableColumns(ctx, q, s.table)
+	names, err := tableColumns(ctx, q, s.table)
 	if err != nil {
 		return tableInfo{}, err
 	}
-	if len(cols) == 0 {
-		return tableInfo{}, fmt.Errorf("%w: %s", ErrNoTable, s.table.raw)
+	cols, err := sqlcore.ReadColumns(names, s.table.raw, ErrNoTable)
+	if err != nil {
+		return tableInfo{}, err
 	}
-	var missing []string
-	for _, c := range contractColumns {
-		if !cols[c] {
-			missing = append(missing, c)
-		}
-	}
-	if len(missing) > 0 {
-		return tableInfo{}, fmt.Errorf("table %s lacks contract columns: %s", s.table.raw, strings.Join(missing, ", "))
-	}
-	info := tableInfo{
-		headers:      cols["headers"],
-		topic:        cols["topic"],
-		partitionKey: cols["partition_key"],
-		lastError:    cols["last_error"],
-	}
+	info := tableInfo{Columns: cols}
 	lead, err := leadingColumns(ctx, q, s.table)
 	if err != nil {
 		return tableInfo{}, err
@@ -252,6 +213,12 @@ func (s *Store) tableInfo(ctx context.Context, q queryer) (tableInfo, error) {
 	return info, nil
 }
 
+// coreColumns returns the table's optional columns (for sqlcore).
+func (s *Store) coreColumns(ctx context.Context, q queryer) (sqlcore.Columns, error) {
+	info, err := s.tableInfo(ctx, q)
+	return info.Columns, err
+}
+
 // forget drops what the Store knows of the table (after a migration).
 func (s *Store) forget() {
 	s.mu.Lock()
@@ -259,33 +226,21 @@ func (s *Store) forget() {
 	s.mu.Unlock()
 }
 
+// columnDefs lists t's columns with their full types, in order; none when t does not exist.
+func columnDefs(ctx context.Context, q queryer, t table) ([]sqlcore.ColumnDef, error) {
+	return sqlcore.ColumnDefs(ctx, q, t.raw, columnsSQL, t.schemaArg(), t.name)
+}
+
 // tableColumns returns the lower-cased column names of t; none when t does not exist.
 func tableColumns(ctx context.Context, q queryer, t table) (map[string]bool, error) {
-	rows, err := q.QueryContext(ctx, `SELECT column_name FROM information_schema.columns
-WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, t.schemaArg(), t.name)
-	if err != nil {
-		return nil, fmt.Errorf("read columns of %s: %w", t.raw, err)
-	}
-	defer rows.Close()
-	cols := map[string]bool{}
-	for rows.Next() {
-		var c string
-		if err := rows.Scan(&c); err != nil {
-			return nil, fmt.Errorf("read columns of %s: %w", t.raw, err)
-		}
-		cols[strings.ToLower(c)] = true
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read columns of %s: %w", t.raw, err)
-	}
-	return cols, nil
+	defs, err := columnDefs(ctx, q, t)
+	return sqlcore.Names(defs), err
 }
 
 // leadingColumns reads the first three columns of every index of t, by
 // index name, in lower case ("" where an index has fewer).
 func leadingColumns(ctx context.Context, q queryer, t table) (map[string][3]string, error) {
-	rows, err := q.QueryContext(ctx, `SELECT index_name, seq_in_index, column_name FROM information_schema.statistics
-WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND seq_in_index <= 3`, t.schemaArg(), t.name)
+	rows, err := q.QueryContext(ctx, indexesSQL, t.schemaArg(), t.name)
 	if err != nil {
 		return nil, fmt.Errorf("read indexes of %s: %w", t.raw, err)
 	}
@@ -335,55 +290,8 @@ func headIndex(lead map[string][3]string) string {
 
 // primaryOnID reports whether the primary key of t starts with id.
 func primaryOnID(ctx context.Context, q queryer, t table) (bool, error) {
-	rows, err := q.QueryContext(ctx, `SELECT column_name FROM information_schema.statistics
-WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND index_name = 'PRIMARY' AND seq_in_index = 1`,
-		t.schemaArg(), t.name)
-	if err != nil {
-		return false, fmt.Errorf("read primary key of %s: %w", t.raw, err)
-	}
-	defer rows.Close()
-	onID := false
-	for rows.Next() {
-		var col string
-		if err := rows.Scan(&col); err != nil {
-			return false, fmt.Errorf("read primary key of %s: %w", t.raw, err)
-		}
-		onID = strings.EqualFold(col, "id")
-	}
-	if err := rows.Err(); err != nil {
-		return false, fmt.Errorf("read primary key of %s: %w", t.raw, err)
-	}
-	return onID, nil
-}
-
-// timeLayout is how the Store writes DATETIME values: UTC, with microseconds
-// (a DATETIME column without a fraction keeps the seconds).
-const timeLayout = "2006-01-02 15:04:05.000000"
-
-func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
-
-// parseTime reads a DATETIME scanned into an any: a time.Time when the DSN
-// has parseTime=true (its wall clock is taken as UTC, whatever the DSN's
-// loc), or the text otherwise. ok is false for NULL and for what it cannot read.
-func parseTime(v any) (time.Time, bool) {
-	switch v := v.(type) {
-	case time.Time:
-		return time.Date(v.Year(), v.Month(), v.Day(), v.Hour(), v.Minute(), v.Second(), v.Nanosecond(), time.UTC), true
-	case []byte:
-		return parseTimeText(string(v))
-	case string:
-		return parseTimeText(v)
-	}
-	return time.Time{}, false
-}
-
-func parseTimeText(s string) (time.Time, bool) {
-	for _, l := range []string{"2006-01-02 15:04:05.999999999", "2006-01-02"} {
-		if t, err := time.Parse(l, s); err == nil {
-			return t, true
-		}
-	}
-	return time.Time{}, false
+	cols, err := sqlcore.Strings(ctx, q, "primary key of "+t.raw, primaryKeySQL, t.schemaArg(), t.name)
+	return len(cols) > 0 && strings.EqualFold(cols[len(cols)-1], "id"), err
 }
 
 // MySQL error numbers the Store translates or retries.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/tablecheck"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 var _ outbox.TableChecker = (*Store)(nil)
@@ -66,7 +67,7 @@ func (s *Store) CheckTable(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	problems := tablecheck.Problems(tablecheck.Params{Columns: cols, Contract: contractColumns, Kinds: columnKinds,
+	problems := tablecheck.Problems(tablecheck.Params{Columns: cols, Contract: sqlcore.ContractColumns, Kinds: columnKinds,
 		Alter: func(c, typ string, k tablecheck.Kind) string {
 			using := c + "::" + k.Want
 			if typ == "bytea" {

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 //go:embed migrations/*.up.sql
@@ -28,7 +30,7 @@ var indexSuffixes = map[string]string{
 }
 
 // migratedColumns are the columns the migrations create.
-var migratedColumns = append(slices.Clone(contractColumns), "headers", "topic", "partition_key", "last_error")
+var migratedColumns = append(slices.Clone(sqlcore.ContractColumns), "headers", "topic", "partition_key", "last_error")
 
 // Migrate creates the table and its indexes, or adds the columns and indexes
 // an older table (or one with only the contract columns) lacks. It is

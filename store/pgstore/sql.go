@@ -7,13 +7,8 @@ import (
 	"strings"
 
 	"github.com/outboxkit/outbox/internal/rowcheck"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
-
-// contractColumns are the columns every table must have (shared/DESIGN.md).
-var contractColumns = []string{
-	"id", "message_id", "aggregate_type", "aggregate_id", "event_type", "payload",
-	"status", "retry_count", "next_retry_at", "created_at", "updated_at",
-}
 
 // queries are a table's statements, built once from its columns. The table
 // name in them is quoted by pgx.Identifier; every value is a parameter.
@@ -144,7 +139,7 @@ func buildQueries(table string, cols map[string]string, opt buildOptions) (*quer
 		async = asyncCommitFilter
 	}
 	var missing []string
-	for _, c := range contractColumns {
+	for _, c := range sqlcore.ContractColumns {
 		if _, ok := cols[c]; !ok {
 			missing = append(missing, c)
 		}
@@ -165,6 +160,36 @@ func buildQueries(table string, cols map[string]string, opt buildOptions) (*quer
 	}
 	q.payloadJSON, q.utf8 = payloadCast != "", opt.utf8
 
+	if err := q.buildInsert(table, cols, payloadCast); err != nil {
+		return nil, err
+	}
+	q.buildClaims(table, cols, async)
+	lastErr := q.buildSettle(table, async)
+	// Stats reads pending and dead rows through the status index, only the
+	// sent rows of the last hour, and rows of any other status (NULL, below
+	// 0, above 2: a status column is an integer) as index ranges too, so
+	// that it never reads all sent rows.
+	q.stats = fmt.Sprintf(`SELECT
+	count(*) FILTER (WHERE status = 0),
+	COALESCE((EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 0 AND isfinite(created_at))) * 1000000)::bigint, 0),
+	count(*) FILTER (WHERE status = 2),
+	count(*) FILTER (WHERE status = 1 AND updated_at >= now() - interval '1 minute'),
+	count(*) FILTER (WHERE status = 1 AND updated_at >= now() - interval '1 hour'),
+	count(*) FILTER (WHERE status IS NULL OR status < 0 OR status > 2)
+FROM %s
+WHERE status IN (0, 2) OR (status = 1 AND updated_at >= now() - interval '1 hour')
+	OR status IS NULL OR status < 0 OR status > 2`, table)
+	if opt.leaseTable != "" {
+		buildLeaseQueries(q, table, opt.leaseTable, lastErr, async)
+	}
+	if opt.heldClaims {
+		q.held = buildHeldQueries(table, q.dataColumns, lastErr, async)
+	}
+	return q, nil
+}
+
+// buildInsert builds the INSERT of a batch, and the one that also notifies.
+func (q *queries) buildInsert(table string, cols map[string]string, payloadCast string) error {
 	// Insert: one statement for the whole batch, rows in the order given so
 	// that ids follow write order.
 	names := []string{"message_id", "aggregate_type", "aggregate_id", "event_type", "payload"}
@@ -172,7 +197,7 @@ func buildQueries(table string, cols map[string]string, opt buildOptions) (*quer
 	if q.headers {
 		cast, err := jsonCast("headers", cols["headers"])
 		if err != nil {
-			return nil, err
+			return err
 		}
 		names, exprs = append(names, "headers"), append(exprs, "m.headers"+cast)
 	}
@@ -189,6 +214,12 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text
 ORDER BY m.ord`, table, strings.Join(names, ", "), strings.Join(exprs, ", "))
 	q.insertNotify = "WITH ins AS (" + q.insert + ") SELECT pg_notify($9, '')"
 
+	return nil
+}
+
+// buildClaims builds the unordered and ordered claims and the claim on the
+// (status, next_retry_at) index.
+func (q *queries) buildClaims(table string, cols map[string]string, async string) {
 	// Claim: lock due rows without waiting for other relays' locks, count the
 	// attempt and lease them, all in one statement (one implicit transaction).
 	// A created_at kept as text (a team's own table) is read as text: a cast
@@ -255,7 +286,12 @@ FROM c
 WHERE o.id = c.id
 RETURNING %[2]s`, table, q.columnList, nextAttempt("o.retry_count"), async)
 	q.claimStatus = payloadParam(q.claimStatus, 3)
+}
 
+// buildSettle builds the statements that acknowledge, delete, reschedule
+// and kill, and returns the SET clause of last_error they share ("" when the
+// table has no last_error column).
+func (q *queries) buildSettle(table, async string) (lastErr string) {
 	// The fence every later statement shares: the row is still pending and
 	// its retry_count is still the attempt the claim handed out.
 	fence := "o.id = a.id AND o.retry_count = a.attempt AND o.status = 0" + async
@@ -267,7 +303,6 @@ WHERE %s`, table, fence)
 USING unnest($1::bigint[], $2::integer[]) AS a(id, attempt)
 WHERE %s`, table, fence)
 
-	lastErr := ""
 	if q.lastError {
 		lastErr = ", last_error = a.err"
 	}
@@ -278,26 +313,5 @@ WHERE %s`, table, lastErr, fence)
 	q.kill = fmt.Sprintf(`UPDATE %s AS o SET status = 2, updated_at = now()%s
 FROM unnest($1::bigint[], $2::integer[], $3::text[]) AS a(id, attempt, err)
 WHERE %s`, table, lastErr, fence)
-
-	// Stats reads pending and dead rows through the status index, only the
-	// sent rows of the last hour, and rows of any other status (NULL, below
-	// 0, above 2: a status column is an integer) as index ranges too, so
-	// that it never reads all sent rows.
-	q.stats = fmt.Sprintf(`SELECT
-	count(*) FILTER (WHERE status = 0),
-	COALESCE((EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 0 AND isfinite(created_at))) * 1000000)::bigint, 0),
-	count(*) FILTER (WHERE status = 2),
-	count(*) FILTER (WHERE status = 1 AND updated_at >= now() - interval '1 minute'),
-	count(*) FILTER (WHERE status = 1 AND updated_at >= now() - interval '1 hour'),
-	count(*) FILTER (WHERE status IS NULL OR status < 0 OR status > 2)
-FROM %s
-WHERE status IN (0, 2) OR (status = 1 AND updated_at >= now() - interval '1 hour')
-	OR status IS NULL OR status < 0 OR status > 2`, table)
-	if opt.leaseTable != "" {
-		buildLeaseQueries(q, table, opt.leaseTable, lastErr, async)
-	}
-	if opt.heldClaims {
-		q.held = buildHeldQueries(table, q.dataColumns, lastErr, async)
-	}
-	return q, nil
+	return lastErr
 }

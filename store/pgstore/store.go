@@ -16,10 +16,8 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/rowcheck"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
-
-// maxErrorLength caps the text stored in last_error, in bytes.
-const maxErrorLength = 4096
 
 // Claim takes up to p.Limit due pending rows that no other relay holds, in id
 // order, counts the attempt and leases them until the database's now() +
@@ -508,18 +506,9 @@ func (s *Store) Stats(ctx context.Context) (*outbox.Stats, error) {
 }
 
 // cleanText makes s storable in a text column: valid UTF-8, no NUL bytes
-// (PostgreSQL refuses both), at most maxErrorLength bytes.
+// (PostgreSQL refuses both), at most sqlcore.MaxErrorLength bytes.
 func cleanText(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "")
-	if len(s) <= maxErrorLength {
-		return s
-	}
-	cut := maxErrorLength
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
+	return sqlcore.ErrorText(strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", ""))
 }
 
 // rescanEvery is how often, at least, an unordered claim starts from the

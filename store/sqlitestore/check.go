@@ -6,6 +6,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/tablecheck"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 var _ outbox.TableChecker = (*Store)(nil)
@@ -17,22 +18,14 @@ var _ outbox.TableChecker = (*Store)(nil)
 // with the reason), not the claim fail. It only reads the catalog. Safe for
 // concurrent use.
 func (s *Store) CheckTable(ctx context.Context) error {
-	names, err := tableColumns(ctx, s.db, s.table)
+	defs, err := declaredColumns(ctx, s.db, s.table)
 	if err != nil {
 		return fmt.Errorf("sqlitestore: check table: %w", err)
 	}
-	if len(names) == 0 {
-		return &outbox.TableError{Table: s.table.raw, Problems: []outbox.TableProblem{{
+	return sqlcore.CheckTable(s.table.raw, defs, func() (outbox.TableProblem, error) {
+		return outbox.TableProblem{
 			Problem: fmt.Sprintf("table %s not found in the database file", s.table.raw),
 			Fix:     "run `outbox migrate` with this config, or correct the table name (table:) or the database path",
-		}}}
-	}
-	cols := make(map[string]string, len(names))
-	for n := range names {
-		cols[n] = ""
-	}
-	if p := tablecheck.Problems(tablecheck.Params{Columns: cols, Contract: contractColumns}); len(p) > 0 {
-		return &outbox.TableError{Table: s.table.raw, Problems: p}
-	}
-	return nil
+		}, nil
+	}, tablecheck.Params{})
 }

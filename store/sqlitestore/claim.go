@@ -3,17 +3,14 @@ package sqlitestore
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
+	"database/sql"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/rowcheck"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 // Claim takes up to p.Limit due pending rows in id order, counts the attempt
@@ -35,11 +32,8 @@ import (
 // back in Claim.Malformed, each error naming the row; a retry_count that is
 // NULL, negative or not a number counts as 0.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
-	if p.Limit < 1 {
-		return nil, fmt.Errorf("sqlitestore: claim: limit %d is less than 1", p.Limit)
-	}
-	if p.Lease <= 0 {
-		return nil, fmt.Errorf("sqlitestore: claim: lease %v is not positive", p.Lease)
+	if err := dialect.CheckClaim(p); err != nil {
+		return nil, err
 	}
 	cols, err := s.columns(ctx, s.db)
 	if err != nil {
@@ -52,8 +46,8 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 		st.ord = s.orderedClaimSQL(cols, p, st.sel)
 	}
 	var c *outbox.Claim
-	err = s.write(ctx, func() error {
-		c, err = s.claimOnce(ctx, st, p)
+	err = s.core.InTx(ctx, func(tx *sql.Tx) (err error) {
+		c, err = s.claimOnce(ctx, tx, st, p)
 		return err
 	})
 	if err != nil {
@@ -76,17 +70,11 @@ type claimStatements struct {
 
 // claimOnce runs a claim in its own transaction: the claim statement, or
 // for an ordered claim the steps of runs.go.
-func (s *Store) claimOnce(ctx context.Context, st claimStatements, p outbox.ClaimParams) (*outbox.Claim, error) {
+func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, st claimStatements, p outbox.ClaimParams) (*outbox.Claim, error) {
 	sel := st.sel
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-
 	now := time.Now()
 	c := &outbox.Claim{}
-	maxPayload, payloadAt := rowcheck.PayloadLimit(p.MaxPayload), slices.Index(sel, colPayload)
+	maxPayload := rowcheck.PayloadLimit(p.MaxPayload)
 	// read runs one claim statement and adds the rows it returns to c.
 	read := func(query string, args ...any) (int, error) {
 		rows, err := tx.QueryContext(ctx, query, args...)
@@ -96,31 +84,23 @@ func (s *Store) claimOnce(ctx context.Context, st claimStatements, p outbox.Clai
 		defer rows.Close()
 		n := 0
 		for rows.Next() {
-			vals := make([]any, len(sel))
-			ptrs := make([]any, len(sel))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
+			row, err := dialect.Scan(rows, sel, maxPayload, "{}", nil, nil) // "{}": read only in part (returning)
+			if err != nil {
 				return n, fmt.Errorf("scan: %w", err)
 			}
 			n++
-			tooLarge := maxPayload > 0 && rowcheck.Len(vals[payloadAt]) > maxPayload
-			if tooLarge {
-				vals[payloadAt] = "{}" // read only in part (returning)
-			}
-			m, err := decodeRow(sel, vals)
-			if err := rowcheck.RowError("sqlitestore", m, err, tooLarge, maxPayload); err != nil {
-				c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: m, Err: err})
+			if err := rowcheck.RowError("sqlitestore", row.Message, row.Err, row.TooLarge, maxPayload); err != nil {
+				c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: row.Message, Err: err})
 				continue
 			}
-			c.Messages = append(c.Messages, m)
+			c.Messages = append(c.Messages, row.Message)
 		}
 		if err := rows.Err(); err != nil {
 			return n, err
 		}
 		return n, rows.Close()
 	}
+	var err error
 	if p.Ordered {
 		err = s.claimRuns(ctx, tx, st, p, now, read)
 	} else {
@@ -129,41 +109,14 @@ func (s *Store) claimOnce(ctx context.Context, st claimStatements, p outbox.Clai
 	if err != nil {
 		return nil, err
 	}
-	rowcheck.ReadSizes(ctx, tx, "SELECT id, length(CAST(payload AS BLOB)) FROM "+s.table.quoted()+" WHERE id IN (%s)", c.Malformed)
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
-	}
+	rowcheck.ReadSizes(ctx, tx, fmt.Sprintf(payloadSizesSQL, s.table.quoted()), c.Malformed)
 	return c, nil
 }
 
-// The columns a claim returns, in this order; the optional ones only when the
-// table has them.
-const (
-	colID            = "id"
-	colRetryCount    = "retry_count"
-	colMessageID     = "message_id"
-	colAggregateType = "aggregate_type"
-	colAggregateID   = "aggregate_id"
-	colEventType     = "event_type"
-	colPayload       = "payload"
-	colCreatedAt     = "created_at"
-	colHeaders       = "headers"
-	colTopic         = "topic"
-	colPartitionKey  = "partition_key"
-)
-
+// selectColumns are the columns a claim returns, in this order: id and
+// retry_count, then the message's (sqlcore.SelectColumns).
 func selectColumns(cols columns) []string {
-	sel := []string{colID, colRetryCount, colMessageID, colAggregateType, colAggregateID, colEventType, colPayload, colCreatedAt}
-	if cols.headers {
-		sel = append(sel, colHeaders)
-	}
-	if cols.topic {
-		sel = append(sel, colTopic)
-	}
-	if cols.partitionKey {
-		sel = append(sel, colPartitionKey)
-	}
-	return sel
+	return append([]string{sqlcore.ColID, sqlcore.ColRetryCount}, sqlcore.SelectColumns(cols.Columns)...)
 }
 
 // claimSQL builds the claim statement; its parameters are the lease's end,
@@ -220,146 +173,9 @@ func claimUpdate(t string) string {
 		" next_retry_at = ?1, updated_at = ?2", t, rowcheck.MaxAttempt-1)
 }
 
-// claimColumns is the list of the columns sel, as a claim returns them or
-// ListDead reads them. With a payload limit (above 0), it reads at most
-// limit + 1 characters of the payload: all of a payload within the limit (a
-// character takes at least a byte), and enough of a larger one to tell, so
-// that no huge payload is read into memory (a claim reads the size on its
-// own). The limit is an integer, not text from outside.
+// claimColumns is the list of the columns sel, as a claim returns them,
+// reading at most maxPayload + 1 characters of the payload (see
+// sqlcore.Dialect.ClaimColumns).
 func claimColumns(sel []string, maxPayload int) string {
-	cols := slices.Clone(sel)
-	if i := slices.Index(cols, colPayload); i >= 0 && maxPayload > 0 {
-		cols[i] = "substr(payload, 1, " + strconv.Itoa(maxPayload+1) + ")"
-	}
-	return strings.Join(cols, ", ")
-}
-
-// decodeRow turns a claimed row into a Message. On failure it returns the
-// Message with what could be read (always RowID and Attempt) and an error
-// naming every bad column.
-func decodeRow(sel []string, vals []any) (*outbox.Message, error) {
-	m := &outbox.Message{}
-	var errs []error
-	for i, col := range sel {
-		v := vals[i]
-		switch col {
-		case colID:
-			m.RowID, _ = v.(int64)
-		case colRetryCount:
-			n, _ := v.(int64)
-			m.Attempt = int(n)
-		case colMessageID:
-			m.MessageID = required(col, v, &errs)
-		case colAggregateType:
-			m.AggregateType = required(col, v, &errs)
-		case colAggregateID:
-			m.AggregateID = required(col, v, &errs)
-		case colEventType:
-			m.EventType = required(col, v, &errs)
-		case colTopic:
-			m.Topic = optional(col, v, &errs)
-		case colPartitionKey:
-			m.PartitionKey = optional(col, v, &errs)
-		case colCreatedAt:
-			m.CreatedAt, _ = parseTime(v) // only for latency; zero when unreadable
-		case colPayload:
-			p, err := payload(v)
-			if err != nil {
-				errs = append(errs, err)
-			}
-			m.Payload = p
-		case colHeaders:
-			h, err := headers(v)
-			if err != nil {
-				errs = append(errs, err)
-			}
-			m.Headers = h
-		}
-	}
-	return m, errors.Join(errs...)
-}
-
-// text reads a text column scanned into an any. ok is false for NULL.
-func text(v any) (s string, ok bool, err error) {
-	switch v := v.(type) {
-	case nil:
-		return "", false, nil
-	case string:
-		s = v
-	case []byte:
-		s = string(v)
-	case int64: // a number in a column without TEXT affinity
-		return strconv.FormatInt(v, 10), true, nil
-	case float64:
-		return strconv.FormatFloat(v, 'g', -1, 64), true, nil
-	default:
-		return "", true, fmt.Errorf("is a %T, not text", v)
-	}
-	if !utf8.ValidString(s) {
-		return s, true, errors.New("is not valid UTF-8")
-	}
-	return s, true, nil
-}
-
-func required(col string, v any, errs *[]error) string {
-	s, ok, err := text(v)
-	switch {
-	case err != nil:
-		*errs = append(*errs, fmt.Errorf("%s %w", col, err))
-	case !ok:
-		*errs = append(*errs, fmt.Errorf("%s is NULL", col))
-	case s == "":
-		*errs = append(*errs, fmt.Errorf("%s is empty", col))
-	}
-	return s
-}
-
-func optional(col string, v any, errs *[]error) string {
-	s, _, err := text(v)
-	if err != nil {
-		*errs = append(*errs, fmt.Errorf("%s %w", col, err))
-	}
-	return s
-}
-
-func payload(v any) (json.RawMessage, error) {
-	var b []byte
-	switch v := v.(type) {
-	case nil:
-		return nil, errors.New("payload is NULL")
-	case string:
-		b = []byte(v)
-	case []byte:
-		b = v
-	case int64, float64: // a JSON number stored as a number
-		s, _, _ := text(v)
-		b = []byte(s)
-	default:
-		return nil, fmt.Errorf("payload is a %T", v)
-	}
-	switch {
-	case !utf8.Valid(b):
-		return b, errors.New("payload is not valid UTF-8")
-	case !json.Valid(b):
-		return b, errors.New("payload is not valid JSON")
-	}
-	return b, nil
-}
-
-func headers(v any) (map[string]string, error) {
-	s, ok, err := text(v)
-	if err != nil {
-		return nil, fmt.Errorf("headers %w", err)
-	}
-	if !ok || s == "" {
-		return nil, nil
-	}
-	var h map[string]string
-	if err := json.Unmarshal([]byte(s), &h); err != nil {
-		return nil, fmt.Errorf("headers are not a JSON object of strings: %w", err)
-	}
-	if len(h) == 0 {
-		return nil, nil
-	}
-	return h, nil
+	return dialect.ClaimColumns("", sel, maxPayload)
 }

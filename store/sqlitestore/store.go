@@ -5,12 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 // DefaultTable is the table a Store uses unless [WithTable] says otherwise.
@@ -43,8 +44,9 @@ var (
 type Store struct {
 	db    *sql.DB
 	table table
-	gate  gate // shared by every Store on db
-	chunk int  // messages per statement
+	gate  gate          // shared by every Store on db
+	chunk int           // messages per statement
+	core  *sqlcore.Core // what it does as mysqlstore does, in SQLite's dialect
 
 	mu   sync.Mutex
 	cols *columns // detected once; nil until then, reset by Migrate
@@ -93,92 +95,69 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if cfg.chunkRows < 1 {
 		return nil, fmt.Errorf("sqlitestore: new store: chunk of %d rows", cfg.chunkRows)
 	}
-	return &Store{db: db, table: t, gate: gateFor(db), chunk: cfg.chunkRows}, nil
+	s := &Store{db: db, table: t, gate: gateFor(db), chunk: cfg.chunkRows}
+	s.core = &sqlcore.Core{
+		D: dialect, DB: db, Table: t.quoted(), Chunk: cfg.chunkRows,
+		Columns: s.coreColumns, Write: s.write,
+	}
+	return s, nil
 }
 
 // Table returns the name of the outbox table as given to [WithTable].
 func (s *Store) Table() string { return s.table.raw }
 
 // Ping checks that the database can be reached.
-func (s *Store) Ping(ctx context.Context) error {
-	if err := s.db.PingContext(ctx); err != nil {
-		return fmt.Errorf("sqlitestore: ping: %w", err)
-	}
-	return nil
-}
+func (s *Store) Ping(ctx context.Context) error { return s.core.Ping(ctx) }
 
-// table is a validated table name, kept raw and quoted.
+// table is a validated table name, kept raw and split.
 type table struct {
 	raw    string
 	schema string // "" when unqualified
 	name   string
 }
 
-// identPattern is the strict shape of each part of a table name.
-var identPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
-
 func parseTable(raw string) (table, error) {
-	parts := strings.Split(raw, ".")
-	if len(parts) > 2 {
-		return table{}, fmt.Errorf("table name %q has more than one dot", raw)
+	schema, name, err := dialect.ParseTable(raw)
+	if err != nil {
+		return table{}, err
 	}
-	for _, p := range parts {
-		if !identPattern.MatchString(p) {
-			return table{}, fmt.Errorf("table name %q: %q is not a letter or underscore followed by up to 62 letters, digits or underscores", raw, p)
-		}
-	}
-	t := table{raw: raw, name: parts[len(parts)-1]}
-	if len(parts) == 2 {
-		t.schema = parts[0]
-	}
-	if strings.HasPrefix(strings.ToLower(t.name), "sqlite_") {
+	if strings.HasPrefix(strings.ToLower(name), "sqlite_") {
 		return table{}, fmt.Errorf("table name %q: names starting with sqlite_ are reserved by SQLite", raw)
 	}
-	return t, nil
+	return table{raw: raw, schema: schema, name: name}, nil
 }
 
 // quoteIdent quotes one identifier for SQLite.
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+func quoteIdent(s string) string { return dialect.Ident(s) }
 
 // quoted is the table as it goes into SQL, schema-qualified when given.
-func (t table) quoted() string {
-	if t.schema == "" {
-		return quoteIdent(t.name)
-	}
-	return quoteIdent(t.schema) + "." + quoteIdent(t.name)
-}
+func (t table) quoted() string { return dialect.Qualified(t.schema, t.name) }
 
 // index names an index of the table: in the table's schema, prefixed with the
 // table's name (SQLite index names are per schema, not per table).
-func (t table) index(suffix string) string {
-	name := quoteIdent(t.name + "_" + suffix)
+func (t table) index(suffix string) string { return dialect.Qualified(t.schema, t.name+"_"+suffix) }
+
+// catalogArgs are the arguments of the catalog queries on t: its name and schema.
+func (t table) catalogArgs() []any {
 	if t.schema == "" {
-		return name
+		return []any{t.name, "main"}
 	}
-	return quoteIdent(t.schema) + "." + name
+	return []any{t.name, t.schema}
 }
 
-// contractColumns are the columns every outbox table has (shared/DESIGN.md).
-var contractColumns = []string{
-	"id", "message_id", "aggregate_type", "aggregate_id", "event_type", "payload",
-	"status", "retry_count", "next_retry_at", "created_at", "updated_at",
-}
-
-// columns records which optional columns the table has, and whether it has
-// the pending-rows index of migration 0002.
+// columns records which optional columns the table has, and which of the
+// claim path's indexes.
 type columns struct {
-	headers, topic, partitionKey, lastError bool
-	pendingIndex                            bool
-	headIndex                               bool // migration 0003's, for ordered claims (ordered.go)
+	sqlcore.Columns
+	pendingIndex bool // migration 0002's (claim.go)
+	headIndex    bool // migration 0003's, for ordered claims (ordered.go)
 }
 
 // pendingIndex is the name of the claim path's index (migration 0002).
 func (t table) pendingIndex() string { return t.name + "_pending" }
 
 // queryer is what column detection needs: a *sql.DB, *sql.Conn or *sql.Tx.
-type queryer interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
+type queryer = sqlcore.Queryer
 
 // ErrNoTable is returned (wrapped) by the Store's methods when the outbox
 // table does not exist: run [Store.Migrate] or create it by hand.
@@ -201,23 +180,9 @@ func (s *Store) columns(ctx context.Context, q queryer) (columns, error) {
 	if err != nil {
 		return columns{}, err
 	}
-	if len(names) == 0 {
-		return columns{}, fmt.Errorf("%w: %s", ErrNoTable, s.table.raw)
-	}
-	var missing []string
-	for _, c := range contractColumns {
-		if !names[c] {
-			missing = append(missing, c)
-		}
-	}
-	if len(missing) > 0 {
-		return columns{}, fmt.Errorf("table %s lacks contract columns: %s", s.table.raw, strings.Join(missing, ", "))
-	}
-	c := columns{
-		headers:      names["headers"],
-		topic:        names["topic"],
-		partitionKey: names["partition_key"],
-		lastError:    names["last_error"],
+	c := columns{}
+	if c.Columns, err = sqlcore.ReadColumns(names, s.table.raw, ErrNoTable); err != nil {
+		return columns{}, err
 	}
 	if c.pendingIndex, err = hasIndex(ctx, q, s.table, s.table.pendingIndex()); err != nil {
 		return columns{}, err
@@ -231,101 +196,33 @@ func (s *Store) columns(ctx context.Context, q queryer) (columns, error) {
 	return c, nil
 }
 
+// coreColumns returns the table's optional columns (for sqlcore).
+func (s *Store) coreColumns(ctx context.Context, q queryer) (sqlcore.Columns, error) {
+	c, err := s.columns(ctx, q)
+	return c.Columns, err
+}
+
+// declaredColumns lists t's columns with their declared types, in order; none when t does not exist.
+func declaredColumns(ctx context.Context, q queryer, t table) ([]sqlcore.ColumnDef, error) {
+	return sqlcore.ColumnDefs(ctx, q, t.raw, columnsSQL, t.catalogArgs()...)
+}
+
 // tableColumns returns the lower-cased column names of t; none when t does not exist.
 func tableColumns(ctx context.Context, q queryer, t table) (map[string]bool, error) {
-	schema := t.schema
-	if schema == "" {
-		schema = "main"
-	}
-	rows, err := q.QueryContext(ctx, "SELECT name FROM pragma_table_info(?, ?)", t.name, schema)
-	if err != nil {
-		return nil, fmt.Errorf("read columns of %s: %w", t.raw, err)
-	}
-	defer rows.Close()
-	names := map[string]bool{}
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return nil, fmt.Errorf("read columns of %s: %w", t.raw, err)
-		}
-		names[strings.ToLower(n)] = true
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read columns of %s: %w", t.raw, err)
-	}
-	return names, nil
+	defs, err := declaredColumns(ctx, q, t)
+	return sqlcore.Names(defs), err
 }
 
 // hasIndex reports whether t has an index named name.
 func hasIndex(ctx context.Context, q queryer, t table, name string) (bool, error) {
-	schema := t.schema
-	if schema == "" {
-		schema = "main"
-	}
-	rows, err := q.QueryContext(ctx, "SELECT name FROM pragma_index_list(?, ?)", t.name, schema)
-	if err != nil {
-		return false, fmt.Errorf("read indexes of %s: %w", t.raw, err)
-	}
-	defer rows.Close()
-	found := false
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return false, fmt.Errorf("read indexes of %s: %w", t.raw, err)
-		}
-		found = found || strings.EqualFold(n, name)
-	}
-	if err := rows.Err(); err != nil {
-		return false, fmt.Errorf("read indexes of %s: %w", t.raw, err)
-	}
-	return found, nil
+	names, err := sqlcore.Strings(ctx, q, "indexes of "+t.raw, indexesSQL, t.catalogArgs()...)
+	return slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, name) }), err
 }
 
-// timeLayout is how the Store writes timestamps: UTC, SQLite's datetime()
-// form with microseconds. Strings in this form sort in time order, and
-// SQLite's date functions read them.
-const timeLayout = "2006-01-02 15:04:05.000000"
-
-func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
-
-// parseTime reads a timestamp column scanned into an any: a time.Time (the
-// driver parses DATETIME and TIMESTAMP columns), text in one of SQLite's time
-// formats (UTC unless it carries a zone), or unix seconds. ok is false for
-// NULL and for anything it cannot read.
-func parseTime(v any) (time.Time, bool) {
-	switch v := v.(type) {
-	case time.Time:
-		return v, true
-	case int64:
-		return time.Unix(v, 0), true
-	case []byte:
-		return parseTimeText(string(v))
-	case string:
-		return parseTimeText(v)
-	}
-	return time.Time{}, false
-}
-
-var textTimeLayouts = []string{
-	"2006-01-02 15:04:05.999999999Z07:00",
-	"2006-01-02T15:04:05.999999999Z07:00",
-	"2006-01-02 15:04:05.999999999",
-	"2006-01-02T15:04:05.999999999",
-	"2006-01-02 15:04Z07:00",
-	"2006-01-02T15:04Z07:00",
-	"2006-01-02 15:04",
-	"2006-01-02T15:04",
-	"2006-01-02",
-}
-
-func parseTimeText(s string) (time.Time, bool) {
-	for _, l := range textTimeLayouts {
-		if t, err := time.Parse(l, s); err == nil {
-			return t, true
-		}
-	}
-	return time.Time{}, false
-}
+// formatTime is how the Store writes timestamps (sqlcore.TimeLayout, UTC):
+// SQLite's datetime() form with microseconds, which sorts in time order and
+// which SQLite's date functions read.
+func formatTime(t time.Time) string { return sqlcore.FormatTime(t) }
 
 // julianToTime converts a Julian day number (SQLite's julianday()) to a time.
 func julianToTime(jd float64) time.Time {

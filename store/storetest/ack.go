@@ -1,6 +1,9 @@
 package storetest
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -231,4 +234,71 @@ func (s *suite) killFenced(t *testing.T) {
 	require.Equal(t, 1, f.ack(false, m))
 	f.kill("after ack", m)
 	require.Equal(t, 1, f.row(id).Status, "a sent row cannot be killed")
+}
+
+// MaxErrorLength is the most bytes of an error or reason the suite expects
+// a store to keep in last_error; longer texts are cut at a character
+// boundary.
+const MaxErrorLength = 4096
+
+// Error texts from brokers may be long or not UTF-8 (which a strict text
+// column refuses, failing the whole batch): last_error keeps valid UTF-8 of
+// at most MaxErrorLength bytes.
+func (s *suite) lastErrorIsBounded(t *testing.T) {
+	f := s.fresh(t)
+	ids := f.writeN(3)
+	ms := f.claimN(3).Messages
+	long := strings.Repeat("é", MaxErrorLength) // 2 bytes each
+	require.NoError(t, f.Store.Reschedule(t.Context(), outbox.RescheduleParams{Retries: []outbox.Retry{
+		{Message: ms[0], At: time.Now(), Err: "short"}, // a short first row must not narrow the column
+		{Message: ms[1], At: time.Now(), Err: long},
+	}}))
+	f.kill("bad \xff byte", ms[2])
+	require.Equal(t, "short", f.lastError(ids[0]).String)
+	require.Equal(t, strings.Repeat("é", MaxErrorLength/2), f.lastError(ids[1]).String)
+	require.Equal(t, "bad \uFFFD byte", f.lastError(ids[2]).String)
+}
+
+// A batch larger than a statement takes runs as several statements: every
+// message is written, claimed in id order, and settled once.
+func (s *suite) largeBatches(t *testing.T) {
+	if s.h.Chunked == nil {
+		t.Skip("Harness.Chunked is nil")
+	}
+	f := &fx{Fixture: s.h.Chunked(t, 100), t: t, h: &s.h}
+	const n = 345 // several statements' worth for insert, claim, ack, reschedule and kill
+	msgs := make([]*outbox.Message, n)
+	for i := range msgs {
+		msgs[i] = newMsg("order", fmt.Sprint(i), i)
+		msgs[i].Headers = map[string]string{"i": fmt.Sprint(i)}
+	}
+	ids := f.write(msgs...)
+	c := f.claimN(n)
+	require.Equal(t, ids, rowIDs(c.Messages))
+	require.EqualValues(t, n, f.count("retry_count = 1"), "every claimed row leased")
+	for i, m := range c.Messages {
+		require.Equal(t, fmt.Sprint(i), m.AggregateID)
+		require.Equal(t, fmt.Sprint(i), m.Headers["i"])
+	}
+	third := n / 3
+	var retries []outbox.Retry
+	for _, m := range c.Messages[third : 2*third] {
+		retries = append(retries, outbox.Retry{Message: m, At: time.Now().Add(time.Hour), Err: "later"})
+	}
+	var dead []outbox.Dead
+	for _, m := range c.Messages[2*third:] {
+		dead = append(dead, outbox.Dead{Message: m, Reason: "poison"})
+	}
+	acks := slices.Clone(c.Messages[:third])
+	slices.Reverse(acks) // the store sorts what it locks
+	require.Equal(t, third, f.ack(false, acks...))
+	require.NoError(t, f.Store.Reschedule(t.Context(), outbox.RescheduleParams{Retries: retries, Refund: true}))
+	require.NoError(t, f.Store.Kill(t.Context(), outbox.KillParams{Dead: dead}))
+
+	st, err := f.Store.Stats(t.Context())
+	require.NoError(t, err)
+	require.EqualValues(t, third, st.SentLastMinute)
+	require.EqualValues(t, len(retries), st.Pending)
+	require.EqualValues(t, len(dead), st.Dead)
+	require.EqualValues(t, len(retries), f.count("retry_count = 0 AND last_error = 'later'"))
 }

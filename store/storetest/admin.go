@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"database/sql"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -68,7 +70,12 @@ func (s *suite) adminListDead(t *testing.T) {
 		require.NotEmpty(t, d.Message.MessageID)
 		require.NotEmpty(t, d.Message.Payload)
 		require.Equal(t, 1, d.Attempts)
+		require.Zero(t, d.Message.Attempt, "not a claim")
 	}
+	d := all[1]
+	require.Equal(t, "order", d.Message.AggregateType)
+	require.Equal(t, "2", d.Message.AggregateID)
+	require.JSONEq(t, `{"n":2}`, string(d.Message.Payload))
 	near(t, time.Now(), all[0].DiedAt, time.Minute, "DiedAt")
 	near(t, time.Now().Add(-2*time.Hour), all[2].DiedAt, time.Minute, "DiedAt of the old one")
 
@@ -86,6 +93,8 @@ func (s *suite) adminListDead(t *testing.T) {
 		{"ErrorContains", outbox.DeadFilter{ErrorContains: "timeout"}, []int64{ids[0]}},
 		{"ErrorContainsIsLiteral", outbox.DeadFilter{ErrorContains: "%"}, nil},
 		{"Limit", outbox.DeadFilter{Limit: 2}, []int64{ids[0], ids[2]}},
+		{"Combined", outbox.DeadFilter{AggregateType: "order", ErrorContains: "unroutable"}, []int64{ids[2]}},
+		{"NoMatch", outbox.DeadFilter{EventType: "nope"}, nil},
 	} {
 		got, err := a.ListDead(t.Context(), c.f)
 		require.NoError(t, err, c.name)
@@ -109,6 +118,7 @@ func (s *suite) adminRetryDead(t *testing.T) {
 		require.Equal(t, 0, r.RetryCount, "a fresh attempt count")
 		require.True(t, r.NextRetryAt.IsZero(), "due at once")
 	}
+	require.Equal(t, "unroutable", f.lastError(ids[2]).String, "last_error is kept until the next attempt")
 	c := f.claimN(10)
 	require.Equal(t, []int64{ids[0], ids[2]}, rowIDs(c.Messages), "retried rows are claimable; row 3 is still leased")
 	for _, m := range c.Messages {
@@ -117,12 +127,16 @@ func (s *suite) adminRetryDead(t *testing.T) {
 	require.Equal(t, 2, f.row(ids[4]).Status, "the other dead row is left alone")
 	require.Equal(t, 1, f.row(ids[1]).Status, "sent rows are never retried")
 
+	n, err = a.RetryDead(t.Context(), outbox.DeadFilter{EventType: "x'; DROP TABLE outbox_message; --"})
+	require.NoError(t, err, "filter values are parameters")
+	require.Zero(t, n)
 	n, err = a.RetryDead(t.Context(), outbox.DeadFilter{})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	n, err = a.RetryDead(t.Context(), outbox.DeadFilter{})
 	require.NoError(t, err)
 	require.Zero(t, n)
+	require.EqualValues(t, 5, f.count(""))
 }
 
 func (s *suite) adminDiscardDead(t *testing.T) {
@@ -170,22 +184,115 @@ func (s *suite) adminArchive(t *testing.T) {
 			require.EqualValues(t, 3, f.count(""), "the recent sent row, the dead and the pending rows stay")
 			require.EqualValues(t, 1, f.count("id = ? AND status = 1", ids[3]))
 			require.EqualValues(t, 1, f.count("id = ? AND status = 2", ids[4]))
+			if del {
+				return
+			}
+			require.Equal(t, f.Table+"_archive", f.archiveTable())
+			got := f.archived("message_id")
+			require.Equal(t, ids[:3], rowIDs(got), "archived rows keep their ids")
+			for i, m := range got {
+				require.Equal(t, ms[i].MessageID, m.MessageID)
+			}
+			f.setTime("updated_at", old, ids[3])
+			n, err := a.Archive(t.Context(), outbox.ArchiveParams{OlderThan: 24 * time.Hour, Batch: 10, Delete: true})
+			require.NoError(t, err)
+			require.EqualValues(t, 1, n)
+			require.Len(t, f.archived("message_id"), 3, "deleted rows are not archived")
 		})
 	}
+}
+
+// archived reads the rows of the store's archive table, in id order, with
+// their id and the columns cols (message_id, topic, headers).
+func (f *fx) archived(cols ...string) []*outbox.Message {
+	f.t.Helper()
+	q := "SELECT id, " + strings.Join(cols, ", ") + " FROM " + f.archiveTable() + " ORDER BY id"
+	rows, err := f.DB.QueryContext(f.t.Context(), q)
+	require.NoError(f.t, err, q)
+	defer rows.Close()
+	var out []*outbox.Message
+	for rows.Next() {
+		m := &outbox.Message{}
+		vals := []any{&m.RowID}
+		strs := make([]sql.NullString, len(cols))
+		for i := range strs {
+			vals = append(vals, &strs[i])
+		}
+		require.NoError(f.t, rows.Scan(vals...))
+		for i, c := range cols {
+			switch c {
+			case "message_id":
+				m.MessageID = strs[i].String
+			case "topic":
+				m.Topic = strs[i].String
+			case "headers":
+				if strs[i].Valid {
+					require.NoError(f.t, json.Unmarshal([]byte(strs[i].String), &m.Headers))
+				}
+			}
+		}
+		out = append(out, m)
+	}
+	require.NoError(f.t, rows.Err())
+	return out
+}
+
+// A table with only the contract's columns is archived as it is, and once a
+// migration added the optional columns, archived with them: the archive
+// table gains them too.
+func (s *suite) adminArchiveFollowsNewColumns(t *testing.T) {
+	f := s.contract(t)
+	a, ok := f.Store.(outbox.Admin)
+	if !ok {
+		t.Skipf("%T does not implement outbox.Admin", f.Store)
+	}
+	mig, ok := f.Store.(outbox.Migrator)
+	if !ok {
+		t.Skipf("%T does not implement outbox.Migrator", f.Store)
+	}
+	archiveAll := func(want int) {
+		t.Helper()
+		require.Equal(t, want, f.ack(false, f.claimN(10).Messages...))
+		n, err := a.Archive(t.Context(), outbox.ArchiveParams{Batch: 10})
+		require.NoError(t, err)
+		require.EqualValues(t, want, n)
+	}
+	f.write(newMsg("a", "1", 0))
+	archiveAll(1)
+	_, err := a.ListDead(t.Context(), outbox.DeadFilter{ErrorContains: "x"})
+	require.ErrorContains(t, err, "no last_error column")
+
+	require.NoError(t, mig.Migrate(t.Context()))
+	m := newMsg("a", "2", 1)
+	m.Topic, m.Headers = "t2", map[string]string{"k": "after"}
+	f.write(m)
+	archiveAll(1)
+	got := f.archived("topic", "headers")
+	require.Len(t, got, 2)
+	require.Equal(t, "t2", got[1].Topic)
+	require.Equal(t, map[string]string{"k": "after"}, got[1].Headers)
+	require.Empty(t, got[0].Topic, "rows archived before have no topic")
 }
 
 // archiveTabler is implemented by the stores that name their archive table.
 type archiveTabler interface{ ArchiveTable() string }
 
-// archiveExists reports whether the store's archive table exists. It skips t
-// when the store does not name its archive table.
-func (f *fx) archiveExists() bool {
+// archiveTable is the store's archive table. It skips t when the store does
+// not name its archive table.
+func (f *fx) archiveTable() string {
 	f.t.Helper()
 	at, ok := f.Store.(archiveTabler)
 	if !ok {
 		f.t.Skipf("%T does not name its archive table (ArchiveTable)", f.Store)
 	}
-	name := at.ArchiveTable()
+	return at.ArchiveTable()
+}
+
+// archiveExists reports whether the store's archive table exists. It skips t
+// when the store does not name its archive table.
+func (f *fx) archiveExists() bool {
+	f.t.Helper()
+	name := f.archiveTable()
 	var q string
 	switch f.h.Dialect {
 	case Postgres:

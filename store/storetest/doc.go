@@ -25,11 +25,14 @@
 // claiming due rows in id order with the attempt counted and a lease taken,
 // the lease expiring, acknowledgements fenced by the attempt (including after
 // another relay took an expired lease over), deleting acknowledgements,
-// rescheduling with and without a refunded attempt, killing, stats, rows
+// rescheduling with and without a refunded attempt, killing, last_error
+// kept as valid UTF-8 of at most [MaxErrorLength] bytes, batches larger than
+// a statement (when [Harness.Chunked] is set), stats, rows
 // whose status is NULL or not 0, 1 or 2 (written by another program) left
 // alone by claims and counted apart in [outbox.Stats.OtherStatus],
 // concurrent claimers that never share a row, per-aggregate ordered claims
-// (also under concurrency), malformed rows reported in [outbox.Claim] so they
+// (also under concurrency), three relays with ordering delivering what four
+// writers commit meanwhile, malformed rows reported in [outbox.Claim] so they
 // can be killed, a Writer round trip that keeps every field, a table made
 // by hand with only the contract columns, and hostile rows (values a writer
 // in another language can put in those columns: a retry_count at an
@@ -38,8 +41,9 @@
 // reason naming the row, while it delivers the rows around them
 // ([RunHostileRows] runs that part alone). When the store also
 // implements [outbox.Admin], the suite checks listing, retrying and
-// discarding dead rows and archiving sent ones; otherwise those subtests
-// are skipped.
+// discarding dead rows and archiving sent ones (into an archive table that
+// follows the columns a migration adds); otherwise those subtests are
+// skipped.
 //
 // # Raw SQL
 //

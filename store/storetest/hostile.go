@@ -68,6 +68,11 @@ var (
 // planted only in that table (a NULL retry_count in the loose table, whose
 // column allows it).
 func hostileRows() []hostileRow {
+	return slices.Concat(hostileCounts(), hostileTimes(), hostileMessages())
+}
+
+// hostileCounts are the cases of retry_count and status.
+func hostileCounts() []hostileRow {
 	return []hostileRow{
 		// retry_count: the claim counts the attempt in SQL, so a count at the
 		// column's limit must not overflow the statement (and fail every claim).
@@ -95,8 +100,13 @@ func hostileRows() []hostileRow {
 		{name: "StatusNull", tables: []tableKind{loose}, vals: map[string]any{"status": nil}, want: untouched},
 		{name: "StatusSeven", tables: all, vals: map[string]any{"status": 7}, want: untouched},
 		{name: "StatusNegative", tables: all, vals: map[string]any{"status": -1}, want: untouched},
+	}
+}
 
-		// Times far in the past or future, and the databases' special ones.
+// hostileTimes are the cases of times far in the past or future, and the
+// databases' special ones.
+func hostileTimes() []hostileRow {
+	return []hostileRow{
 		{name: "NextRetryAtYear1", tables: all, vals: map[string]any{"next_retry_at": year1}, want: delivered},
 		{name: "NextRetryAtYear9999", tables: all, vals: map[string]any{"next_retry_at": year9999}, want: waiting},
 		{name: "CreatedAtYear1", tables: all, vals: map[string]any{"created_at": year1}, want: delivered},
@@ -118,8 +128,12 @@ func hostileRows() []hostileRow {
 			vals: map[string]any{"next_retry_at": "tomorrow"}, want: delivered},
 		{name: "CreatedAtGarbage", dialects: []Dialect{SQLite}, tables: all,
 			vals: map[string]any{"created_at": "long ago"}, want: delivered},
+	}
+}
 
-		// The message's own columns.
+// hostileMessages are the cases of the message's own columns.
+func hostileMessages() []hostileRow {
+	return []hostileRow{
 		{name: "MessageIDNull", tables: []tableKind{contract, loose}, vals: map[string]any{"message_id": nil},
 			want: killed, reason: "message_id is NULL"},
 		{name: "MessageIDEmpty", tables: all, vals: map[string]any{"message_id": ""},
@@ -203,6 +217,41 @@ type plantedRow struct {
 }
 
 func (s *suite) checkHostile(t *testing.T, f *fx, kind tableKind, ordered bool) {
+	good, planted := s.plantHostile(f, kind)
+
+	// Stats reads every pending row's created_at: year 1, infinities, zero
+	// dates must neither fail it nor wrap its age around.
+	st, err := f.Store.Stats(t.Context())
+	require.NoError(t, err, "stats with the hostile rows pending")
+	require.GreaterOrEqual(t, st.OldestPending, 200*365*24*time.Hour, "a row of year 1 is pending")
+
+	pub := outboxtest.NewPublisher()
+	rec := &eventRecorder{byRow: map[int64]outbox.MessageEvent{}}
+	r, err := outbox.NewRelay(f.Store, pub, outbox.WithBatchSize(7), outbox.WithHooks(rec),
+		outbox.WithOrdering(ordered, outbox.DeadSkips))
+	require.NoError(t, err)
+	for range 100 {
+		ev, err := r.Step(t.Context())
+		require.NoError(t, err, "a hostile row must not fail the claim")
+		if ev.Claimed == 0 {
+			break
+		}
+	}
+
+	for _, id := range good {
+		require.Equal(t, outbox.ResultSent, rec.byRow[id].Result, "good row %d delivered", id)
+		require.EqualValues(t, 1, f.status(id).Int64, "good row %d sent", id)
+	}
+	for _, p := range planted {
+		ev, seen := rec.byRow[p.id]
+		checkPlanted(t, f, kind, p, ev, seen)
+	}
+}
+
+// plantHostile writes, with raw SQL, the hostile rows for tables of kind on
+// this dialect, each between two good rows, and returns the good rows' ids
+// and the planted rows.
+func (s *suite) plantHostile(f *fx, kind tableKind) ([]int64, []plantedRow) {
 	good := f.write(newMsg("order", "good", 1))
 	var planted []plantedRow
 	for _, c := range hostileRows() {
@@ -231,55 +280,35 @@ func (s *suite) checkHostile(t *testing.T, f *fx, kind tableKind, ordered bool) 
 		planted = append(planted, plantedRow{hostileRow: c, id: f.maxID()})
 		good = append(good, f.write(newMsg("order", "good", len(good)+1))...)
 	}
+	return good, planted
+}
 
-	// Stats reads every pending row's created_at: year 1, infinities, zero
-	// dates must neither fail it nor wrap its age around.
-	st, err := f.Store.Stats(t.Context())
-	require.NoError(t, err, "stats with the hostile rows pending")
-	require.GreaterOrEqual(t, st.OldestPending, 200*365*24*time.Hour, "a row of year 1 is pending")
-
-	pub := outboxtest.NewPublisher()
-	rec := &eventRecorder{byRow: map[int64]outbox.MessageEvent{}}
-	r, err := outbox.NewRelay(f.Store, pub, outbox.WithBatchSize(7), outbox.WithHooks(rec),
-		outbox.WithOrdering(ordered, outbox.DeadSkips))
-	require.NoError(t, err)
-	for range 100 {
-		ev, err := r.Step(t.Context())
-		require.NoError(t, err, "a hostile row must not fail the claim")
-		if ev.Claimed == 0 {
-			break
+// checkPlanted checks what became of planted row p: the relay's event for
+// it (ev, when seen) and its status.
+func checkPlanted(t *testing.T, f *fx, kind tableKind, p plantedRow, ev outbox.MessageEvent, seen bool) {
+	t.Helper()
+	st := f.status(p.id)
+	switch p.want {
+	case delivered:
+		require.Equal(t, outbox.ResultSent, ev.Result, "%s: delivered (%v)", p.name, ev.Err)
+		require.Equal(t, max(p.attempt, 1), ev.Message.Attempt, "%s: attempt", p.name)
+		require.EqualValues(t, 1, st.Int64, "%s: sent", p.name)
+	case killed:
+		require.Equal(t, outbox.ResultDead, ev.Result, "%s: killed", p.name)
+		require.ErrorContains(t, ev.Err, p.reason, p.name)
+		require.ErrorContains(t, ev.Err, fmt.Sprintf("row %d", p.id), "%s: the reason names the row", p.name)
+		require.EqualValues(t, 2, st.Int64, "%s: dead", p.name)
+		if kind == migrated {
+			require.Contains(t, f.lastError(p.id).String, p.reason, "%s: last_error", p.name)
 		}
-	}
-
-	for _, id := range good {
-		require.Equal(t, outbox.ResultSent, rec.byRow[id].Result, "good row %d delivered", id)
-		require.EqualValues(t, 1, f.status(id).Int64, "good row %d sent", id)
-	}
-	for _, p := range planted {
-		ev, seen := rec.byRow[p.id]
-		st := f.status(p.id)
-		switch p.want {
-		case delivered:
-			require.Equal(t, outbox.ResultSent, ev.Result, "%s: delivered (%v)", p.name, ev.Err)
-			require.Equal(t, max(p.attempt, 1), ev.Message.Attempt, "%s: attempt", p.name)
-			require.EqualValues(t, 1, st.Int64, "%s: sent", p.name)
-		case killed:
-			require.Equal(t, outbox.ResultDead, ev.Result, "%s: killed", p.name)
-			require.ErrorContains(t, ev.Err, p.reason, p.name)
-			require.ErrorContains(t, ev.Err, fmt.Sprintf("row %d", p.id), "%s: the reason names the row", p.name)
-			require.EqualValues(t, 2, st.Int64, "%s: dead", p.name)
-			if kind == migrated {
-				require.Contains(t, f.lastError(p.id).String, p.reason, "%s: last_error", p.name)
-			}
-		case waiting:
-			require.False(t, seen, "%s: never claimed", p.name)
-			require.EqualValues(t, 0, st.Int64, "%s: still pending", p.name)
-		case untouched:
-			require.False(t, seen, "%s: never claimed", p.name)
-			require.Equal(t, p.vals["status"] != nil, st.Valid, "%s: status kept", p.name)
-			if st.Valid {
-				require.EqualValues(t, p.vals["status"], st.Int64, "%s: status kept", p.name)
-			}
+	case waiting:
+		require.False(t, seen, "%s: never claimed", p.name)
+		require.EqualValues(t, 0, st.Int64, "%s: still pending", p.name)
+	case untouched:
+		require.False(t, seen, "%s: never claimed", p.name)
+		require.Equal(t, p.vals["status"] != nil, st.Valid, "%s: status kept", p.name)
+		if st.Valid {
+			require.EqualValues(t, p.vals["status"], st.Int64, "%s: status kept", p.name)
 		}
 	}
 }

@@ -45,6 +45,13 @@ type Harness struct {
 	// columns. Optional: when nil, the subtests that need it are skipped.
 	ContractOnly func(t *testing.T) *Fixture
 
+	// Chunked returns a fixture like New's whose store runs a batch of more
+	// than rows messages as several statements (for stores that chunk
+	// their statements). The suite then writes, claims and settles batches
+	// that cross statement boundaries. Optional: when nil, that subtest is
+	// skipped.
+	Chunked func(t *testing.T, rows int) *Fixture
+
 	// InvalidJSON says that the ContractOnly table's payload column accepts
 	// text that is not JSON (SQLite TEXT, MySQL LONGTEXT). The suite then
 	// plants such a row and expects it back in Claim.Malformed. Default false.
@@ -117,6 +124,8 @@ func Run(t *testing.T, h Harness) {
 		{"RescheduleFencedByAttempt", s.rescheduleFenced},
 		{"Kill", s.kill},
 		{"KillFencedByAttempt", s.killFenced},
+		{"LastErrorIsBounded", s.lastErrorIsBounded},
+		{"LargeBatchesCrossStatements", s.largeBatches},
 		{"Stats", s.stats},
 		{"StatsEmpty", s.statsEmpty},
 		{"OtherStatusLeftAloneAndCounted", s.otherStatus},
@@ -124,6 +133,7 @@ func Run(t *testing.T, h Harness) {
 		{"OrderedClaimsAggregateHeads", s.ordered},
 		{"OrderedConcurrentKeepsAggregateOrder", s.orderedConcurrent},
 		{"OrderedClaimsRuns", s.orderedRuns},
+		{"RelaysEndToEnd", s.relaysEndToEnd},
 		{"WriterRoundTrip", s.writerRoundTrip},
 		{"DuplicateMessageIDFails", s.duplicateMessageID},
 		{"MalformedRowsCanBeKilled", s.malformed},
@@ -136,6 +146,7 @@ func Run(t *testing.T, h Harness) {
 		{"AdminArchive", s.adminArchive},
 		{"AdminArchiveCreatesTableOnlyForARow", s.adminArchiveLazy},
 		{"AdminArchiveConcurrentFirstRuns", s.adminArchiveConcurrent},
+		{"AdminArchiveFollowsNewColumns", s.adminArchiveFollowsNewColumns},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
