@@ -14,8 +14,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
-
-	"github.com/outboxkit/outbox/internal/testsvc"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -163,7 +161,7 @@ func TestHalfCloseIsForwarded(t *testing.T) {
 	got, err := io.ReadAll(c) // the echo server sees EOF, answers and half-closes
 	require.NoError(t, err)
 	require.Equal(t, "hello", string(got))
-	testsvc.Eventually(t, 5*time.Second, func() bool { return p.Conns() == 0 }, "link not released after both halves closed")
+	require.Eventually(t, func() bool { return p.Conns() == 0 }, 5*time.Second, 10*time.Millisecond, "link not released after both halves closed")
 }
 
 func TestCutResetsBothSidesAndRefusesNewConnections(t *testing.T) {
@@ -272,7 +270,7 @@ func TestMaxConnsBoundsTheProxy(t *testing.T) {
 	requireRefused(t, p.Addr())
 
 	require.NoError(t, a.Close())
-	testsvc.Eventually(t, 5*time.Second, func() bool { return p.Conns() < 2 }, "closed connection still counted")
+	require.Eventually(t, func() bool { return p.Conns() < 2 }, 5*time.Second, 10*time.Millisecond, "closed connection still counted")
 	roundTrip(t, dial(t, p.Addr()), []byte("c"))
 }
 
@@ -288,7 +286,7 @@ func TestCloseEndsConnectionsAndListener(t *testing.T) {
 	held := dial(t, p.Addr())
 	_, err = held.Write([]byte("y"))
 	require.NoError(t, err)
-	testsvc.Eventually(t, 5*time.Second, func() bool { return p.Conns() == 2 }, "second link not up")
+	require.Eventually(t, func() bool { return p.Conns() == 2 }, 5*time.Second, 10*time.Millisecond, "second link not up")
 
 	require.NoError(t, p.Close()) // returns only once every goroutine ended (goleak checks the rest)
 	requireReset(t, passing)

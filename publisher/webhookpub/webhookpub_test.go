@@ -23,7 +23,6 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/faultproxy"
-	"github.com/outboxkit/outbox/internal/testsvc"
 	"github.com/outboxkit/outbox/publisher/publishertest"
 	"github.com/outboxkit/outbox/publisher/webhookpub"
 )
@@ -532,7 +531,7 @@ func TestConcurrencyLimit(t *testing.T) {
 	}
 	done := make(chan []error)
 	go func() { done <- p.Publish(t.Context(), msgs) }()
-	testsvc.Eventually(t, 5*time.Second, func() bool { return r.inflight.Load() >= 3 }, "requests did not start")
+	require.Eventually(t, func() bool { return r.inflight.Load() >= 3 }, 5*time.Second, 10*time.Millisecond, "requests did not start")
 	// Give a publisher that ignored the limit the time to send more.
 	select {
 	case <-time.After(200 * time.Millisecond):

@@ -1,3 +1,6 @@
+// Package router_test holds the router's tests that need a NATS server and a SQLite outbox. They live in the e2e
+// module so that the root module, which holds the router, requires neither (docs/modules.md); the in-memory tests
+// stay in publisher/router.
 package router_test
 
 import (
@@ -16,11 +19,19 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/faultproxy"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/outboxtest"
 	"github.com/outboxkit/outbox/publisher/natspub"
 	"github.com/outboxkit/outbox/publisher/publishertest"
 	"github.com/outboxkit/outbox/publisher/router"
 	"github.com/outboxkit/outbox/store/sqlitestore"
 )
+
+func msg(eventType, aggType string) *outbox.Message {
+	return &outbox.Message{
+		MessageID: outbox.NewMessageID(), AggregateType: aggType, AggregateID: "a-1", EventType: eventType,
+		Payload: []byte(`{}`), Headers: map[string]string{"tenant": "acme"},
+	}
+}
 
 func connect(t *testing.T, rawURL string) jetstream.JetStream {
 	t.Helper()
@@ -93,7 +104,7 @@ func TestSuiteThroughRouter(t *testing.T) {
 		r, err := router.New([]router.Route{
 			{EventType: "NEVER_SENT", Publisher: "unused"},
 			{Publisher: "nats", Default: true},
-		}, map[string]outbox.Publisher{"nats": p, "unused": &recorder{}})
+		}, map[string]outbox.Publisher{"nats": p, "unused": outboxtest.NewPublisher()})
 		require.NoError(t, err)
 		return publishertest.Dest{Publisher: r, Receiver: newReceiver(t, js, name), Topic: "orders"}
 	}

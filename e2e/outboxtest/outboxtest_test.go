@@ -1,3 +1,5 @@
+// Package outboxtest_test here holds the tests of package outboxtest, which need a real store (SQLite). They live in
+// the e2e module so that the root module requires no store (docs/modules.md).
 package outboxtest_test
 
 import (

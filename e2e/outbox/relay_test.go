@@ -1,3 +1,6 @@
+// Package outbox_test here holds the tests of package outbox that need a real store (SQLite): the relay under load,
+// deadlines, pipelining, claim hooks and the runnable examples. They live in the e2e module so that the root module
+// requires no store (docs/modules.md); the root keeps the tests that need none.
 package outbox_test
 
 import (

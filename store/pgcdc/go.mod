@@ -1,0 +1,42 @@
+module github.com/outboxkit/outbox/store/pgcdc
+
+go 1.26.0
+
+require (
+	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/internal/testsvc v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/store/pgstore v0.0.0-00010101000000-000000000000
+	github.com/stretchr/testify v1.12.1
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
+	github.com/jackc/pgio v1.0.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/klauspost/compress v1.20.0 // indirect
+	github.com/nats-io/nats.go v1.55.0 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/outboxkit/outbox/internal/jsretry v0.0.0-00010101000000-000000000000 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+)
+
+replace (
+	github.com/outboxkit/outbox => ../..
+	github.com/outboxkit/outbox/internal/jsretry => ../../internal/jsretry
+	github.com/outboxkit/outbox/internal/testsvc => ../../internal/testsvc
+	github.com/outboxkit/outbox/store/pgstore => ../pgstore
+	github.com/outboxkit/outbox/store/storetest => ../storetest
+)
