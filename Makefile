@@ -36,7 +36,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 github.com/outboxkit/outbox/store/... github.com/outboxkit/outbox/bench/...
 
 # The fault-injection matrix (internal/chaos): every database x broker x fault, 30 s of load each, relays built with -race.
-# Reports go to docs/guarantees-last-run.json; `go test ./...` runs a short form of it.
+# Reports go to docs/guarantees-last-run.json; `make test` runs a short form of it.
 chaos:
 	OUTBOX_CHAOS=full OUTBOX_CHAOS_REPORT=$(CURDIR)/docs/guarantees-last-run.json \
 		$(GO) test -race -count=1 -timeout 120m -run '^TestChaos$$' -v ./internal/chaos
