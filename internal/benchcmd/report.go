@@ -22,23 +22,40 @@ func writeReport(out io.Writer, rep *Report, asJSON bool) error {
 		return enc.Encode(rep)
 	}
 	var b strings.Builder
+	writeHeader(&b, rep)
+	if rep.Matrix != nil {
+		writeMatrix(&b, rep.Matrix)
+	}
+	if len(rep.Drain) > 0 {
+		writeDrains(&b, rep)
+	}
+	if len(rep.Latency) > 0 {
+		writeLatencies(&b, rep)
+	}
+	_, err := io.WriteString(out, b.String())
+	return err
+}
+
+// writeHeader writes the report's first two lines: the database and the
+// broker, then the machine and the outbox relay's settings.
+func writeHeader(b *strings.Builder, rep *Report) {
 	s := rep.Settings
-	fmt.Fprintf(&b, "outbox bench: %s -> %s\n", termsafe.String(rep.DB), termsafe.String(rep.Broker))
+	fmt.Fprintf(b, "outbox bench: %s -> %s\n", termsafe.String(rep.DB), termsafe.String(rep.Broker))
 	sizes := fmt.Sprintf("batch %d, %d in flight", s.BatchSize, s.MaxInFlight)
 	if s.Adaptive {
 		sizes = fmt.Sprintf("batch up to %d, up to %d in flight (adaptive)", s.BatchSize, s.MaxInFlight)
 	}
 	if rep.Matrix != nil {
-		fmt.Fprintf(&b, "%s %s, %d CPUs. outbox relay: settings by shape below, %s sent rows",
+		fmt.Fprintf(b, "%s %s, %d CPUs. outbox relay: settings by shape below, %s sent rows",
 			rep.GoVersion, rep.OS, rep.CPUs, map[bool]string{false: "keep", true: "delete"}[s.DeleteSent])
 	} else {
-		fmt.Fprintf(&b, "%s %s, %d CPUs. outbox relay: %s, %s, %s sent rows, ordering %s, %s aggregates",
+		fmt.Fprintf(b, "%s %s, %d CPUs. outbox relay: %s, %s, %s sent rows, ordering %s, %s aggregates",
 			rep.GoVersion, rep.OS, rep.CPUs, plural(s.Relays, "relay"), sizes,
 			map[bool]string{false: "keep", true: "delete"}[s.DeleteSent], onOff(s.Ordering), thousands(float64(s.Aggregates)))
 	}
 	switch {
 	case s.Notify && s.NotifyIntervalMs > 0:
-		fmt.Fprintf(&b, ", LISTEN/NOTIFY (a write notifies at most every %gms)", s.NotifyIntervalMs)
+		fmt.Fprintf(b, ", LISTEN/NOTIFY (a write notifies at most every %gms)", s.NotifyIntervalMs)
 	case s.Notify:
 		b.WriteString(", LISTEN/NOTIFY (every write notifies)")
 	}
@@ -58,61 +75,60 @@ func writeReport(out io.Writer, rep *Report, asJSON bool) error {
 		b.WriteString(", writers delete their rows")
 	}
 	b.WriteString("\n")
+}
 
-	if rep.Matrix != nil {
-		writeMatrix(&b, rep.Matrix)
+// writeDrains writes the table of the drain tests and the drain ratios.
+func writeDrains(b *strings.Builder, rep *Report) {
+	b.WriteString("\nDrain: a preloaded backlog published (the clock stops at the last broker acknowledgement)\n")
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "relay\trows\tdelivered\ttime\tmsgs/s\tCPU s\tpeak RSS\tpeak heap\t")
+	for _, d := range rep.Drain {
+		note := ""
+		if !d.Complete {
+			note = "  (time up)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\n", d.Relay, thousands(float64(d.Rows)),
+			thousands(float64(d.Delivered)), fmtSeconds(d.Seconds), thousands(d.MsgsPerSec), d.CPUSeconds,
+			fmtMB(d.PeakRSSMB), fmtMB(d.PeakHeapMB), note)
 	}
-	if len(rep.Drain) > 0 {
-		b.WriteString("\nDrain: a preloaded backlog published (the clock stops at the last broker acknowledgement)\n")
-		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "relay\trows\tdelivered\ttime\tmsgs/s\tCPU s\tpeak RSS\tpeak heap\t")
-		for _, d := range rep.Drain {
-			note := ""
-			if !d.Complete {
-				note = "  (time up)"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\n", d.Relay, thousands(float64(d.Rows)),
-				thousands(float64(d.Delivered)), fmtSeconds(d.Seconds), thousands(d.MsgsPerSec), d.CPUSeconds,
-				fmtMB(d.PeakRSSMB), fmtMB(d.PeakHeapMB), note)
-		}
-		tw.Flush()
-		if rep.DrainRatio > 0 {
-			fmt.Fprintf(&b, "outbox relay drains %sx as fast as the textbook relay\n", ratio(rep.DrainRatio))
-		}
-		if rep.ReferenceRatio > 0 {
-			fmt.Fprintf(&b, "outbox relay drains %sx as fast as the reference loop (one statement takes a batch, then it is published; unsafe as a relay)\n",
-				ratio(rep.ReferenceRatio))
-		}
+	tw.Flush()
+	if rep.DrainRatio > 0 {
+		fmt.Fprintf(b, "outbox relay drains %sx as fast as the textbook relay\n", ratio(rep.DrainRatio))
 	}
-	if len(rep.Latency) > 0 {
-		l0 := rep.Latency[0]
-		fmt.Fprintf(&b, "\nLatency: %s msgs/s offered for %s after %s of warm-up, one message per transaction (%s at once), commit to broker acknowledgement\n",
-			thousands(float64(l0.Rate)), fmtSeconds(math.Round(l0.Seconds)), fmtSeconds(l0.WarmupSeconds),
-			plural(rep.Settings.Writers, "writer"))
-		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "relay\toffered\tdelivered\tp50\tp90\tp99\tp99.9\tmax\tCPU s\tpeak RSS\t")
-		for _, l := range rep.Latency {
-			note := ""
-			if l.OfferedRate < 0.95*float64(l.Rate) {
-				note = fmt.Sprintf("  (writers reached %s/s)", thousands(l.OfferedRate))
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\n", l.Relay, thousands(float64(l.Offered)),
-				thousands(float64(l.Delivered)), fmtMs(l.P50Ms), fmtMs(l.P90Ms), fmtMs(l.P99Ms), fmtMs(l.P999Ms),
-				fmtMs(l.MaxMs), l.CPUSeconds, fmtMB(l.PeakRSSMB), note)
+	if rep.ReferenceRatio > 0 {
+		fmt.Fprintf(b, "outbox relay drains %sx as fast as the reference loop (one statement takes a batch, then it is published; unsafe as a relay)\n",
+			ratio(rep.ReferenceRatio))
+	}
+}
+
+// writeLatencies writes the table of the latency tests, their failed
+// writes and the latency ratio.
+func writeLatencies(b *strings.Builder, rep *Report) {
+	l0 := rep.Latency[0]
+	fmt.Fprintf(b, "\nLatency: %s msgs/s offered for %s after %s of warm-up, one message per transaction (%s at once), commit to broker acknowledgement\n",
+		thousands(float64(l0.Rate)), fmtSeconds(math.Round(l0.Seconds)), fmtSeconds(l0.WarmupSeconds),
+		plural(rep.Settings.Writers, "writer"))
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "relay\toffered\tdelivered\tp50\tp90\tp99\tp99.9\tmax\tCPU s\tpeak RSS\t")
+	for _, l := range rep.Latency {
+		note := ""
+		if l.OfferedRate < 0.95*float64(l.Rate) {
+			note = fmt.Sprintf("  (writers reached %s/s)", thousands(l.OfferedRate))
 		}
-		tw.Flush()
-		for _, l := range rep.Latency {
-			if l.WriteErrors > 0 {
-				fmt.Fprintf(&b, "%s: %s of %s write transactions failed while it ran, the first with: %s\n", l.Relay,
-					thousands(float64(l.WriteErrors)), thousands(float64(l.WriteErrors+l.Offered)), termsafe.String(l.FirstWriteError))
-			}
-		}
-		if rep.LatencyRatio > 0 {
-			fmt.Fprintf(&b, "outbox relay p99 is %sx lower than the textbook relay's\n", ratio(rep.LatencyRatio))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\n", l.Relay, thousands(float64(l.Offered)),
+			thousands(float64(l.Delivered)), fmtMs(l.P50Ms), fmtMs(l.P90Ms), fmtMs(l.P99Ms), fmtMs(l.P999Ms),
+			fmtMs(l.MaxMs), l.CPUSeconds, fmtMB(l.PeakRSSMB), note)
+	}
+	tw.Flush()
+	for _, l := range rep.Latency {
+		if l.WriteErrors > 0 {
+			fmt.Fprintf(b, "%s: %s of %s write transactions failed while it ran, the first with: %s\n", l.Relay,
+				thousands(float64(l.WriteErrors)), thousands(float64(l.WriteErrors+l.Offered)), termsafe.String(l.FirstWriteError))
 		}
 	}
-	_, err := io.WriteString(out, b.String())
-	return err
+	if rep.LatencyRatio > 0 {
+		fmt.Fprintf(b, "outbox relay p99 is %sx lower than the textbook relay's\n", ratio(rep.LatencyRatio))
+	}
 }
 
 // writeMatrix writes a matrix's table: a row per shape, its unordered and

@@ -140,6 +140,34 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	defer br.close()
 
 	r := &run{cfg: cfg, db: db, br: br, prog: newProgress(cfg.Progress)}
+	rep := newReport(cfg, db, br)
+	if cfg.Matrix != "" {
+		if rep.Matrix, err = r.matrix(ctx); err != nil {
+			return nil, fmt.Errorf("bench: matrix: %w", err)
+		}
+		if err := writeReport(out, rep, cfg.JSON); err != nil {
+			return nil, fmt.Errorf("bench: write report: %w", err)
+		}
+		return rep, nil
+	}
+	if err := r.tests(ctx, rep); err != nil {
+		return nil, err
+	}
+	rep.setRatios()
+	if cfg.Chart != "" {
+		if err := writeChart(cfg.Chart, rep); err != nil {
+			return nil, fmt.Errorf("bench: chart: %w", err)
+		}
+	}
+	if err := writeReport(out, rep, cfg.JSON); err != nil {
+		return nil, fmt.Errorf("bench: write report: %w", err)
+	}
+	return rep, nil
+}
+
+// newReport returns the report of a run of cfg on db and br, with its
+// machine and settings and no results yet.
+func newReport(cfg Config, db *database, br *broker) *Report {
 	rep := &Report{
 		Started: time.Now().UTC(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH,
 		CPUs: runtime.NumCPU(), DB: db.desc, Broker: br.desc,
@@ -153,40 +181,44 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	if rep.Settings.Notify {
 		rep.Settings.NotifyIntervalMs = float64(max(cfg.NotifyInterval, 0)) / float64(time.Millisecond)
 	}
-	if cfg.Matrix != "" {
-		if rep.Matrix, err = r.matrix(ctx); err != nil {
-			return nil, fmt.Errorf("bench: matrix: %w", err)
-		}
-		if err := writeReport(out, rep, cfg.JSON); err != nil {
-			return nil, fmt.Errorf("bench: write report: %w", err)
-		}
-		return rep, nil
-	}
+	return rep
+}
+
+// tests runs each of the configured tests on each relay in turn (the
+// outbox relay, then the textbook relay and the reference loop when they
+// run) and adds their results to rep.
+func (r *run) tests(ctx context.Context, rep *Report) error {
 	relays := []string{relayOutbox}
-	if !cfg.SkipBaseline {
+	if !r.cfg.SkipBaseline {
 		relays = append(relays, relayTextbook)
 	}
-	if cfg.Reference {
+	if r.cfg.Reference {
 		relays = append(relays, relayReference)
 	}
-	for _, test := range cfg.Tests {
+	for _, test := range r.cfg.Tests {
 		for _, relay := range relays {
 			switch {
 			case test == TestDrain:
 				res, err := r.drain(ctx, relay)
 				if err != nil {
-					return nil, fmt.Errorf("bench: drain test of the %s relay: %w", relay, err)
+					return fmt.Errorf("bench: drain test of the %s relay: %w", relay, err)
 				}
 				rep.Drain = append(rep.Drain, *res)
 			case test == TestLatency && relay != relayReference:
 				res, err := r.latency(ctx, relay)
 				if err != nil {
-					return nil, fmt.Errorf("bench: latency test of the %s relay: %w", relay, err)
+					return fmt.Errorf("bench: latency test of the %s relay: %w", relay, err)
 				}
 				rep.Latency = append(rep.Latency, *res)
 			}
 		}
 	}
+	return nil
+}
+
+// setRatios sets the report's ratios of the outbox relay to the textbook
+// relay and the reference loop, from the results it holds.
+func (rep *Report) setRatios() {
 	for _, d := range rep.Drain[min(1, len(rep.Drain)):] {
 		if d.MsgsPerSec == 0 {
 			continue
@@ -201,15 +233,6 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	if len(rep.Latency) == 2 && rep.Latency[0].P99Ms > 0 {
 		rep.LatencyRatio = rep.Latency[1].P99Ms / rep.Latency[0].P99Ms
 	}
-	if cfg.Chart != "" {
-		if err := writeChart(cfg.Chart, rep); err != nil {
-			return nil, fmt.Errorf("bench: chart: %w", err)
-		}
-	}
-	if err := writeReport(out, rep, cfg.JSON); err != nil {
-		return nil, fmt.Errorf("bench: write report: %w", err)
-	}
-	return rep, nil
 }
 
 // run is one Run's database, broker and progress.
@@ -326,6 +349,19 @@ func start(ctx context.Context, runners []runner) (stop func() error) {
 	}
 }
 
+// stopTest ends a test: it stops the progress bar, then the relays, then
+// the meter, and returns the meter's usage, or ctx's error when ctx ended,
+// or else the relays' error.
+func stopTest(ctx context.Context, stopBar func(), stop func() error, m *meter) (usage, error) {
+	stopBar()
+	runErr := stop()
+	u := m.stop()
+	if err := ctx.Err(); err != nil {
+		return usage{}, err
+	}
+	return u, runErr
+}
+
 // message returns the i-th message of a test, of aggregate i mod aggs: the
 // shape of a typical event.
 func message(i, aggs int) *outbox.Message {
@@ -381,14 +417,9 @@ func (r *run) drain(ctx context.Context, relay string) (*DrainResult, error) {
 	}
 	tick.Stop()
 	elapsed := time.Since(begin)
-	stopBar()
-	runErr := stop()
-	u := m.stop()
-	if err := ctx.Err(); err != nil {
+	u, err := stopTest(ctx, stopBar, stop, m)
+	if err != nil {
 		return nil, err
-	}
-	if runErr != nil {
-		return nil, runErr
 	}
 	n := int(rec.confirmed.Load())
 	res := &DrainResult{Relay: relay, Rows: rows, Delivered: n, Complete: n >= rows, Seconds: elapsed.Seconds(),
@@ -483,45 +514,50 @@ func (r *run) latency(ctx context.Context, relay string) (*LatencyResult, error)
 	runtime.GC()
 	m := startMeter()
 	stop := start(ctx, runners)
-	var committed sync.WaitGroup
-	var offered, failed int64
-	var mu sync.Mutex
-	var firstErr error
+	w := &latencyWriters{run: r, lat: lat, warm: warm}
 	stopBar := r.prog.show(fmt.Sprintf("latency %s @%d/s", relay, r.cfg.Rate), func() (float64, string) {
-		mu.Lock()
-		o := offered
-		mu.Unlock()
+		o := w.offeredSoFar()
 		return float64(lat.delivered()) / float64(measured), fmt.Sprintf("offered %d  delivered %d  p99 %s",
 			o, lat.delivered(), fmtMs(lat.quantileMs(99)))
 	})
-
-	// The writers take their turn from the pacer; when they fall behind, the
-	// offered rate is what they achieve, and the report says so.
-	jobs := make(chan int)
-	for range r.cfg.Writers {
-		committed.Go(func() {
-			for i := range jobs {
-				msg := message(i, r.cfg.Aggregates)
-				err := r.db.write(ctx, []*outbox.Message{msg})
-				at := time.Now()
-				mu.Lock()
-				switch {
-				case err != nil:
-					failed++
-					if firstErr == nil {
-						firstErr = err
-					}
-				case i >= warm:
-					offered++
-				}
-				mu.Unlock()
-				if err == nil && i >= warm {
-					lat.committed(msg.MessageID, at)
-				}
-			}
-		})
+	w.write(ctx, begin, total)
+	writing := time.Since(begin.Add(warmup))
+	deadline := time.Now().Add(grace)
+	for lat.delivered() < int(w.offered) && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
 	}
-	interval := time.Second / time.Duration(r.cfg.Rate)
+	u, err := stopTest(ctx, stopBar, stop, m)
+	if err != nil {
+		return nil, err
+	}
+	return w.result(relay, writing, u)
+}
+
+// latencyWriters are the writers of a latency test: they commit one
+// message per transaction at the turns the pacer gives them, and count
+// what they achieved.
+type latencyWriters struct {
+	run  *run
+	lat  *latencies
+	warm int // the turns before this one are the warm-up, not measured
+
+	mu       sync.Mutex
+	offered  int64 // measured transactions committed
+	failed   int64 // transactions that failed, in the warm-up too
+	firstErr error // the first failed transaction's error
+}
+
+// write runs Config.Writers writers and gives them turns 0..total-1 at the
+// configured rate from begin, until ctx is done; it returns once every
+// writer has finished. When the writers fall behind, the offered rate is
+// what they achieve, and the report says so.
+func (w *latencyWriters) write(ctx context.Context, begin time.Time, total int) {
+	var committed sync.WaitGroup
+	jobs := make(chan int)
+	for range w.run.cfg.Writers {
+		committed.Go(func() { w.writeTurns(ctx, jobs) })
+	}
+	interval := time.Second / time.Duration(w.run.cfg.Rate)
 pace:
 	for i := range total {
 		if d := time.Until(begin.Add(time.Duration(i) * interval)); d > 200*time.Microsecond {
@@ -541,33 +577,57 @@ pace:
 	}
 	close(jobs)
 	committed.Wait()
-	writing := time.Since(begin.Add(warmup))
-	deadline := time.Now().Add(grace)
-	for lat.delivered() < int(offered) && time.Now().Before(deadline) && ctx.Err() == nil {
-		time.Sleep(5 * time.Millisecond)
+}
+
+// writeTurns is one writer: it writes message i for each turn i from jobs,
+// and records the commit time of the measured ones.
+func (w *latencyWriters) writeTurns(ctx context.Context, jobs <-chan int) {
+	for i := range jobs {
+		msg := message(i, w.run.cfg.Aggregates)
+		err := w.run.db.write(ctx, []*outbox.Message{msg})
+		at := time.Now()
+		w.mu.Lock()
+		switch {
+		case err != nil:
+			w.failed++
+			if w.firstErr == nil {
+				w.firstErr = err
+			}
+		case i >= w.warm:
+			w.offered++
+		}
+		w.mu.Unlock()
+		if err == nil && i >= w.warm {
+			w.lat.committed(msg.MessageID, at)
+		}
 	}
-	stopBar()
-	runErr := stop()
-	u := m.stop()
-	if err := ctx.Err(); err != nil {
-		return nil, err
+}
+
+// offeredSoFar returns how many measured transactions have committed; it
+// is safe to call while the writers run.
+func (w *latencyWriters) offeredSoFar() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.offered
+}
+
+// result returns the latency test's result once the writers have
+// finished: writing is how long the measured writes went on and u the
+// test's resource usage. It fails when every write failed.
+func (w *latencyWriters) result(relay string, writing time.Duration, u usage) (*LatencyResult, error) {
+	if w.offered == 0 && w.failed > 0 {
+		return nil, fmt.Errorf("every one of %d writes failed, the first with: %w", w.failed, w.firstErr)
 	}
-	if runErr != nil {
-		return nil, runErr
-	}
-	if offered == 0 && failed > 0 {
-		return nil, fmt.Errorf("every one of %d writes failed, the first with: %w", failed, firstErr)
-	}
-	res := lat.result()
-	if failed > 0 {
+	res := w.lat.result()
+	if w.failed > 0 {
 		// The database could not take the offered rate next to this relay
 		// (SQLite's single writer, say, behind the textbook relay's UPDATE
 		// per row): a finding to report, not a reason to drop the run.
-		res.WriteErrors, res.FirstWriteError = int(failed), firstErr.Error()
+		res.WriteErrors, res.FirstWriteError = int(w.failed), w.firstErr.Error()
 	}
-	res.Relay, res.Rate, res.Offered, res.Seconds = relay, r.cfg.Rate, int(offered), writing.Seconds()
+	res.Relay, res.Rate, res.Offered, res.Seconds = relay, w.run.cfg.Rate, int(w.offered), writing.Seconds()
 	res.WarmupSeconds = warmup.Seconds()
-	res.OfferedRate = float64(offered) / writing.Seconds()
+	res.OfferedRate = float64(w.offered) / writing.Seconds()
 	res.usage = u
 	return &res, nil
 }

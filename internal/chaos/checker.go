@@ -168,55 +168,96 @@ const maxExamples = 5
 // The database rows are the ground truth; the producers' outcomes are only
 // compared with it. Check only reads in, and is safe for concurrent use.
 func Check(in Input) *Report {
-	r := &Report{Ordered: in.Ordered, Faults: len(in.Faults), Transactions: len(in.Produces)}
-	ex := func(class, id string) {
-		if r.Examples == nil {
-			r.Examples = map[string][]string{}
-		}
-		if len(r.Examples[class]) < maxExamples {
-			r.Examples[class] = append(r.Examples[class], id)
-		}
-	}
+	c := &checker{in: in, r: &Report{Ordered: in.Ordered, Faults: len(in.Faults), Transactions: len(in.Produces)}}
+	c.producers()
+	c.rows()
+	c.outcomes()
+	c.broker()
+	c.deliveries()
+	c.duplicates()
+	c.gaps()
+	c.ordering()
+	return c.r
+}
 
-	// What producers tried, and how they think it ended.
-	outcome := map[string]Outcome{}
-	deliberate := map[string]bool{}
-	for _, p := range in.Produces {
+// checker is the state of one [Check]: the report it fills and what the
+// earlier steps learned about each message, keyed by message id.
+type checker struct {
+	in Input
+	r  *Report
+	// outcome and deliberate are what producers tried, and how they think
+	// it ended.
+	outcome    map[string]Outcome
+	deliberate map[string]bool
+	// committed holds the messages whose business row is present.
+	committed map[string]Ref
+	// copies counts the broker's copies of each message; order holds
+	// those copies in the broker's order, one per position.
+	copies map[string]int
+	order  []Delivery
+}
+
+// example keeps id as an example of class, up to maxExamples per class.
+func (c *checker) example(class, id string) {
+	r := c.r
+	if r.Examples == nil {
+		r.Examples = map[string][]string{}
+	}
+	if len(r.Examples[class]) < maxExamples {
+		r.Examples[class] = append(r.Examples[class], id)
+	}
+}
+
+// producers records what producers tried, and how they think it ended.
+func (c *checker) producers() {
+	c.outcome = map[string]Outcome{}
+	c.deliberate = map[string]bool{}
+	for _, p := range c.in.Produces {
 		for _, m := range p.Messages {
-			outcome[m.ID] = p.Outcome
-			deliberate[m.ID] = p.Deliberate
+			c.outcome[m.ID] = p.Outcome
+			c.deliberate[m.ID] = p.Deliberate
 		}
 	}
-	r.Attempted = len(outcome)
+	c.r.Attempted = len(c.outcome)
+}
 
-	// What the database holds.
-	committed := map[string]Ref{}
-	for _, row := range in.Rows {
+// rows records what the database holds: committed messages, torn
+// transactions, and dead or pending outbox rows.
+func (c *checker) rows() {
+	r := c.r
+	c.committed = map[string]Ref{}
+	for _, row := range c.in.Rows {
 		if row.Business != row.Outbox {
 			r.Torn++
-			ex("torn", row.ID)
+			c.example("torn", row.ID)
 		}
 		if row.Business {
-			committed[row.ID] = row.Ref
+			c.committed[row.ID] = row.Ref
 		}
 		if row.Outbox {
 			switch row.Status {
 			case outbox.StatusDead:
 				r.Dead++
-				ex("dead", row.ID)
+				c.example("dead", row.ID)
 			case outbox.StatusPending:
 				r.Pending++
-				ex("pending", row.ID)
+				c.example("pending", row.ID)
 			}
 		}
 	}
-	r.Committed = len(committed)
-	for _, id := range sortedKeys(outcome) {
-		o := outcome[id]
-		_, ok := committed[id]
+	r.Committed = len(c.committed)
+}
+
+// outcomes compares each producer's outcome with the database: rolled
+// back, indeterminate and recovered, and commits the database forgot.
+func (c *checker) outcomes() {
+	r := c.r
+	for _, id := range sortedKeys(c.outcome) {
+		o := c.outcome[id]
+		_, ok := c.committed[id]
 		if !ok {
 			r.RolledBack++
-			if deliberate[id] {
+			if c.deliberate[id] {
 				r.Deliberate++
 			}
 		}
@@ -228,65 +269,75 @@ func Check(in Input) *Report {
 			}
 		case o == OK && !ok:
 			r.AckedCommitLost++
-			ex("acked_commit_lost", id)
+			c.example("acked_commit_lost", id)
 		}
 	}
+}
 
-	// What the broker held, one copy per position.
+// broker records what the broker held, one copy per position.
+func (c *checker) broker() {
 	seenPos := map[string]bool{}
-	copies := map[string]int{}
-	var order []Delivery
-	for _, d := range in.Deliveries {
+	c.copies = map[string]int{}
+	for _, d := range c.in.Deliveries {
 		if d.Position != "" {
 			if seenPos[d.Position] {
 				continue // the consumer read one copy twice: not the broker's doing
 			}
 			seenPos[d.Position] = true
 		}
-		copies[d.ID]++
-		order = append(order, d)
+		c.copies[d.ID]++
+		c.order = append(c.order, d)
 	}
-	r.Deliveries = len(order)
-	r.Delivered = len(copies)
-	for _, id := range sortedKeys(copies) {
-		if _, ok := committed[id]; ok {
+	c.r.Deliveries = len(c.order)
+	c.r.Delivered = len(c.copies)
+}
+
+// deliveries compares the broker's copies with the database: aborted and
+// unexpected deliveries, and lost messages.
+func (c *checker) deliveries() {
+	r := c.r
+	for _, id := range sortedKeys(c.copies) {
+		if _, ok := c.committed[id]; ok {
 			continue
 		}
-		if _, tried := outcome[id]; tried {
+		if _, tried := c.outcome[id]; tried {
 			r.Aborted++
-			ex("aborted", id)
+			c.example("aborted", id)
 		} else {
 			r.Unexpected++
-			ex("unexpected", id)
+			c.example("unexpected", id)
 		}
 	}
-	for _, id := range sortedKeys(committed) {
-		if copies[id] == 0 {
+	for _, id := range sortedKeys(c.committed) {
+		if c.copies[id] == 0 {
 			r.Lost++
-			ex("lost", id)
+			c.example("lost", id)
 		}
 	}
+}
 
-	// Duplicates, and whether a fault or a lease takeover explains them. A
-	// relay sends a message again only after a fault struck while the message
-	// was in flight, or after its lease expired and another relay claimed it
-	// again (its attempt count says how often that happened).
+// duplicates counts extra copies, and whether a fault or a lease takeover
+// explains them. A relay sends a message again only after a fault struck
+// while the message was in flight, or after its lease expired and another
+// relay claimed it again (its attempt count says how often that happened).
+func (c *checker) duplicates() {
+	r := c.r
 	inFlight := map[string]bool{}
-	for _, f := range in.Faults {
+	for _, f := range c.in.Faults {
 		r.DupBound += len(f.InFlight)
 		for _, id := range f.InFlight {
 			inFlight[id] = true
 		}
 	}
 	reclaims := map[string]int{}
-	for _, row := range in.Rows {
+	for _, row := range c.in.Rows {
 		if row.Outbox && row.Attempts > 1 && !inFlight[row.ID] {
 			reclaims[row.ID] = row.Attempts - 1
 			r.DupBound += row.Attempts - 1
 		}
 	}
-	for _, id := range sortedKeys(copies) {
-		extra := copies[id] - 1
+	for _, id := range sortedKeys(c.copies) {
+		extra := c.copies[id] - 1
 		if extra <= 0 {
 			continue
 		}
@@ -299,15 +350,15 @@ func Check(in Input) *Report {
 			r.TakeoverDups += extra
 		default:
 			r.UnexplainedDups += extra
-			ex("unexplained_dups", id)
+			c.example("unexplained_dups", id)
 		}
 	}
+}
 
-	// Order per aggregate: committed sequences must be 1..k, first
-	// deliveries must come in that order, and any later copy of an older
-	// sequence is a raw reorder.
+// gaps checks that each aggregate's committed sequences are 1..k.
+func (c *checker) gaps() {
 	bySeq := map[string][]int64{}
-	for _, ref := range committed {
+	for _, ref := range c.committed {
 		bySeq[ref.Aggregate] = append(bySeq[ref.Aggregate], ref.Seq)
 	}
 	for _, agg := range sortedKeys(bySeq) {
@@ -315,17 +366,23 @@ func Check(in Input) *Report {
 		slices.Sort(seqs)
 		for i, s := range seqs {
 			if s != int64(i+1) {
-				r.Gaps++
-				ex("gaps", fmt.Sprintf("%s seq %d at position %d", agg, s, i+1))
+				c.r.Gaps++
+				c.example("gaps", fmt.Sprintf("%s seq %d at position %d", agg, s, i+1))
 				break
 			}
 		}
 	}
+}
+
+// ordering checks the order per aggregate: first deliveries must come in
+// sequence, and any later copy of an older sequence is a raw reorder.
+func (c *checker) ordering() {
+	r := c.r
 	lastFirst := map[string]int64{} // highest seq first-delivered per aggregate
 	maxSeen := map[string]int64{}
 	first := map[string]bool{}
-	for _, d := range order {
-		ref, ok := committed[d.ID]
+	for _, d := range c.order {
+		ref, ok := c.committed[d.ID]
 		if !ok {
 			continue // counted as aborted or unexpected
 		}
@@ -339,11 +396,10 @@ func Check(in Input) *Report {
 		first[d.ID] = true
 		if ref.Seq != lastFirst[ref.Aggregate]+1 {
 			r.OrderViolations++
-			ex("order_violations", fmt.Sprintf("%s: seq %d after %d", ref.Aggregate, ref.Seq, lastFirst[ref.Aggregate]))
+			c.example("order_violations", fmt.Sprintf("%s: seq %d after %d", ref.Aggregate, ref.Seq, lastFirst[ref.Aggregate]))
 		}
 		lastFirst[ref.Aggregate] = max(lastFirst[ref.Aggregate], ref.Seq)
 	}
-	return r
 }
 
 // Violations returns one line per pass condition the run broke: lost,

@@ -35,95 +35,125 @@ import (
 // table within two minutes.
 func Violations(t *testing.T, s outbox.Store, write func(ctx context.Context, msgs []*outbox.Message) error) int {
 	t.Helper()
-	const writers, aggsPerWriter, txPerWriter, claimers = 3, 6, 60, 4
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	var (
-		mu        sync.Mutex
-		published = map[string]int{} // aggregate -> last seq published
-		written   atomic.Int64
-		acked     atomic.Int64
-		violation atomic.Int64
-		wg        sync.WaitGroup
-		writing   sync.WaitGroup
-	)
+	c := &checker{t: t, s: s, write: write, published: map[string]int{}}
+	var wg, writing sync.WaitGroup
 	for w := range writers {
-		writing.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(w), 7))
-			seq := map[string]int{}
-			for range txPerWriter {
-				agg := fmt.Sprintf("w%d-%d", w, rng.IntN(aggsPerWriter))
-				var msgs []*outbox.Message
-				for range 1 + rng.IntN(3) {
-					seq[agg]++
-					msgs = append(msgs, &outbox.Message{AggregateType: "order", AggregateID: agg, EventType: "E",
-						Payload: []byte(strconv.Itoa(seq[agg]))})
-				}
-				if err := write(ctx, msgs); err != nil {
-					t.Error(err)
-					return
-				}
-				written.Add(int64(len(msgs)))
-			}
-		})
+		writing.Go(func() { c.writer(ctx, w) })
 	}
 	writersDone := make(chan struct{})
 	go func() { writing.Wait(); close(writersDone) }()
-	for c := range claimers {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(c), 11))
-			for ctx.Err() == nil {
-				select {
-				case <-writersDone:
-					if acked.Load() == written.Load() {
-						return
-					}
-				default:
-				}
-				cl, err := s.Claim(ctx, outbox.ClaimParams{Limit: 1 + rng.IntN(12), Lease: time.Hour, Ordered: true, BlockOnDead: true})
-				if err != nil {
-					if ctx.Err() == nil {
-						t.Error(err)
-					}
-					return
-				}
-				// Each message must follow the last one the broker confirmed
-				// of its aggregate, or its predecessor in this claim.
-				mu.Lock()
-				next := map[string]int{}
-				for _, m := range cl.Messages {
-					n, _ := strconv.Atoi(string(m.Payload))
-					if _, ok := next[m.AggregateID]; !ok {
-						next[m.AggregateID] = published[m.AggregateID] + 1
-					}
-					if n != next[m.AggregateID] {
-						violation.Add(1)
-					}
-					next[m.AggregateID] = n + 1
-				}
-				mu.Unlock()
-				if len(cl.Messages) > 0 {
-					time.Sleep(time.Duration(1+rng.IntN(3)) * time.Millisecond) // at the broker
-					mu.Lock()
-					for _, m := range cl.Messages {
-						n, _ := strconv.Atoi(string(m.Payload))
-						published[m.AggregateID] = max(published[m.AggregateID], n)
-					}
-					mu.Unlock()
-					n, err := s.Ack(ctx, outbox.AckParams{Messages: cl.Messages})
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					acked.Add(int64(n))
-				}
-			}
-		})
+	for id := range claimers {
+		wg.Go(func() { c.claimer(ctx, id, writersDone) })
 	}
 	wg.Wait()
 	require.NoError(t, ctx.Err(), "the claimers did not drain the table in time")
-	require.Equal(t, written.Load(), acked.Load())
-	return int(violation.Load())
+	require.Equal(t, c.written.Load(), c.acked.Load())
+	return int(c.violation.Load())
+}
+
+// The shape of a [Violations] run: three writers, each to six aggregates
+// of its own in sixty transactions, and four claimers.
+const writers, aggsPerWriter, txPerWriter, claimers = 3, 6, 60, 4
+
+// checker is the state that the writers and claimers of one [Violations]
+// run share.
+type checker struct {
+	t     *testing.T
+	s     outbox.Store
+	write func(ctx context.Context, msgs []*outbox.Message) error
+
+	written   atomic.Int64 // messages committed
+	acked     atomic.Int64 // messages acknowledged
+	violation atomic.Int64 // messages claimed out of order
+
+	mu        sync.Mutex
+	published map[string]int // aggregate -> last seq published
+}
+
+// writer is writer w: it commits txPerWriter transactions of one to three
+// messages of one of its aggregates, each aggregate's in sequence.
+func (c *checker) writer(ctx context.Context, w int) {
+	rng := rand.New(rand.NewPCG(uint64(w), 7))
+	seq := map[string]int{}
+	for range txPerWriter {
+		agg := fmt.Sprintf("w%d-%d", w, rng.IntN(aggsPerWriter))
+		var msgs []*outbox.Message
+		for range 1 + rng.IntN(3) {
+			seq[agg]++
+			msgs = append(msgs, &outbox.Message{AggregateType: "order", AggregateID: agg, EventType: "E",
+				Payload: []byte(strconv.Itoa(seq[agg]))})
+		}
+		if err := c.write(ctx, msgs); err != nil {
+			c.t.Error(err)
+			return
+		}
+		c.written.Add(int64(len(msgs)))
+	}
+}
+
+// claimer is claimer id: it claims, checks the order, "publishes" and
+// acknowledges until the writers are done and everything written is
+// acknowledged, or ctx ends.
+func (c *checker) claimer(ctx context.Context, id int, writersDone <-chan struct{}) {
+	rng := rand.New(rand.NewPCG(uint64(id), 11))
+	for ctx.Err() == nil {
+		select {
+		case <-writersDone:
+			if c.acked.Load() == c.written.Load() {
+				return
+			}
+		default:
+		}
+		cl, err := c.s.Claim(ctx, outbox.ClaimParams{Limit: 1 + rng.IntN(12), Lease: time.Hour, Ordered: true, BlockOnDead: true})
+		if err != nil {
+			if ctx.Err() == nil {
+				c.t.Error(err)
+			}
+			return
+		}
+		c.checkOrder(cl.Messages)
+		if len(cl.Messages) > 0 {
+			time.Sleep(time.Duration(1+rng.IntN(3)) * time.Millisecond) // at the broker
+			c.confirm(cl.Messages)
+			n, err := c.s.Ack(ctx, outbox.AckParams{Messages: cl.Messages})
+			if err != nil {
+				c.t.Error(err)
+				return
+			}
+			c.acked.Add(int64(n))
+		}
+	}
+}
+
+// checkOrder counts a violation for each claimed message that follows
+// neither the last one the broker confirmed of its aggregate nor its
+// predecessor in this claim.
+func (c *checker) checkOrder(msgs []*outbox.Message) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	next := map[string]int{}
+	for _, m := range msgs {
+		n, _ := strconv.Atoi(string(m.Payload))
+		if _, ok := next[m.AggregateID]; !ok {
+			next[m.AggregateID] = c.published[m.AggregateID] + 1
+		}
+		if n != next[m.AggregateID] {
+			c.violation.Add(1)
+		}
+		next[m.AggregateID] = n + 1
+	}
+}
+
+// confirm records msgs as confirmed by the broker.
+func (c *checker) confirm(msgs []*outbox.Message) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range msgs {
+		n, _ := strconv.Atoi(string(m.Payload))
+		c.published[m.AggregateID] = max(c.published[m.AggregateID], n)
+	}
 }
 
 // SQLWrite returns a write function for [Violations] that commits each
