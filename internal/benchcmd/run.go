@@ -34,7 +34,9 @@ type Report struct {
 	CPUs      int       `json:"cpus"`
 	DB        string    `json:"db"`     // without credentials
 	Broker    string    `json:"broker"` // without credentials
-	Settings  Settings  `json:"settings"`
+	// Table is the run's own outbox table (and stream), dropped at its end.
+	Table    string   `json:"table"`
+	Settings Settings `json:"settings"`
 
 	// Drain holds the drain test of the outbox relay, then of the textbook
 	// relay, then of the reference loop (when they run).
@@ -170,7 +172,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 func newReport(cfg Config, db *database, br *broker) *Report {
 	rep := &Report{
 		Started: time.Now().UTC(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH,
-		CPUs: runtime.NumCPU(), DB: db.desc, Broker: br.desc,
+		CPUs: runtime.NumCPU(), DB: db.desc, Broker: br.desc, Table: db.table,
 		Settings: Settings{Relays: cfg.Relays, BatchSize: cfg.BatchSize, MaxInFlight: cfg.MaxInFlight, Adaptive: cfg.Adaptive,
 			PollIntervalMs: float64(cfg.PollInterval) / float64(time.Millisecond), DeleteSent: cfg.DeleteSent,
 			AsyncCommit: cfg.AsyncCommit && db.kind == "postgres", Notify: !cfg.NoNotify && db.kind == "postgres",
