@@ -82,10 +82,16 @@ type running struct {
 // start runs src and a relay on it to pub.
 func start(t *testing.T, src *pgcdc.Source, pub outbox.Publisher, opts ...outbox.RelayOption) *running {
 	t.Helper()
+	return startOn(t, src, src, pub, opts...)
+}
+
+// startOn runs src and a relay on store (src, or a wrapper of it) to pub.
+func startOn(t *testing.T, src *pgcdc.Source, store outbox.Store, pub outbox.Publisher, opts ...outbox.RelayOption) *running {
+	t.Helper()
 	all := append([]outbox.RelayOption{outbox.WithPollInterval(200 * time.Millisecond),
 		outbox.WithMinPollInterval(5 * time.Millisecond), outbox.WithBackoff(20*time.Millisecond, 100*time.Millisecond),
 		outbox.WithProbeInterval(50*time.Millisecond, 200*time.Millisecond), outbox.WithMaxInFlight(1)}, opts...)
-	relay, err := outbox.NewRelay(src, pub, all...)
+	relay, err := outbox.NewRelay(store, pub, all...)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{src: src, relay: relay, cancel: cancel}

@@ -111,6 +111,7 @@ type config struct {
 	maxWindow      int
 	statusInterval time.Duration
 	createSlot     bool
+	tableAttempts  bool
 	logger         *slog.Logger
 }
 
@@ -162,6 +163,17 @@ func WithStatusInterval(d time.Duration) Option { return func(c *config) { c.sta
 // polled through the fallback before streaming resumes. Default: true.
 func WithCreateSlot(on bool) Option { return func(c *config) { c.createSlot = on } }
 
+// WithTableAttempts makes each claim of a kept row count its attempt in the
+// table (retry_count + 1, in the statement that looks the row up), as a
+// polling relay's claim does: attempts survive a restart, so a message that
+// crashes the relay every time it is published goes dead after the relay's
+// max attempts instead of being read again forever. Off, attempts are
+// counted in memory and start again at 1 after a restart; a claim then
+// looks a row up only the first time it is handed out. Messages whose rows
+// the writer deleted (outbox.WithDeleteAfterInsert) have no row to count
+// in: their attempts are counted in memory either way. Default: true.
+func WithTableAttempts(on bool) Option { return func(c *config) { c.tableAttempts = on } }
+
 // WithLogger sets the logger. Default: discard.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
@@ -176,7 +188,7 @@ func New(pool *pgxpool.Pool, dsn string, opts ...Option) (*Source, error) {
 		panic("pgcdc: New with a nil pool")
 	}
 	cfg := config{table: DefaultTable, failoverAfter: DefaultFailoverAfter, retryInterval: DefaultRetryInterval,
-		maxWindow: DefaultMaxWindow, statusInterval: DefaultStatusInterval, createSlot: true,
+		maxWindow: DefaultMaxWindow, statusInterval: DefaultStatusInterval, createSlot: true, tableAttempts: true,
 		logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(&cfg)
@@ -284,9 +296,10 @@ func (s *Source) modeLocked(now time.Time) Mode {
 
 // Claim hands out up to p.Limit messages read from the stream, in commit
 // order, that are ready or due again (with p.Ordered, only the first
-// unsettled message of each aggregate), counting an attempt each in memory.
-// Kept rows that the table shows settled already (sent by a polling relay)
-// are skipped. While the stream is down past the failover time, or rows
+// unsettled message of each aggregate), counting an attempt each: in the
+// table for kept rows (see WithTableAttempts), in memory for rows the
+// writer deleted. Kept rows that the table shows settled already (sent by
+// a polling relay) are skipped. While the stream is down past the failover time, or rows
 // written before a new slot are caught up, it claims through the fallback.
 // A standby claims nothing. p.Lease is not used: no other process can
 // claim what this one read from its slot.
@@ -341,23 +354,29 @@ func (s *Source) claimStream(ctx context.Context, p outbox.ClaimParams, now time
 	if len(es) == 0 {
 		return &outbox.Claim{}, nil
 	}
-	// Which of them does the table keep, and are they still pending?
+	// Which of them does the table keep, and are they still pending? A row
+	// seen once is looked up again only when it is kept: each claim of it
+	// counts its attempt in the table.
 	var ids, xids []int64
 	seen := map[uint32]bool{}
 	for _, e := range es {
-		if !e.checked && e.bad == nil {
-			ids = append(ids, e.msg.RowID)
-			if !seen[e.txn.xid] {
-				seen[e.txn.xid] = true
-				xids = append(xids, int64(e.txn.xid))
-			}
+		if !s.lookUp(e) {
+			continue
+		}
+		ids = append(ids, e.msg.RowID)
+		if !e.checked && !seen[e.txn.xid] {
+			seen[e.txn.xid] = true
+			xids = append(xids, int64(e.txn.xid))
 		}
 	}
-	var st map[int64]int16
+	var st map[int64]rowState
 	if len(ids) > 0 {
 		var err error
-		if err = s.waitVisible(ctx, xids); err == nil {
-			st, err = s.table.statuses(ctx, ids)
+		if len(xids) > 0 {
+			err = s.waitVisible(ctx, xids)
+		}
+		if err == nil {
+			st, err = s.table.claimRows(ctx, ids, s.cfg.tableAttempts)
 		}
 		if err != nil {
 			s.mu.Lock()
@@ -372,14 +391,20 @@ func (s *Source) claimStream(ctx context.Context, p outbox.ClaimParams, now time
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, e := range es {
-		if !e.checked && e.bad == nil {
-			e.checked = true
-			status, found := st[e.msg.RowID]
-			e.kept = found && status == 0
-			if found && status != 0 {
-				s.win.settle(e) // settled already, by a polling relay or an operator
+		if s.lookUp(e) {
+			row, found := st[e.msg.RowID]
+			switch {
+			case found && row.status != 0, !found && e.checked:
+				// Settled already, by a polling relay or an operator (a kept
+				// row that is gone was deleted after it was sent).
+				e.checked = true
+				s.win.settle(e)
 				continue
+			case found && s.cfg.tableAttempts:
+				e.attempts = row.attempt // the table's count, which survives a restart
+				e.msg.Attempt = row.attempt
 			}
+			e.checked, e.kept = true, found
 		}
 		if e.bad != nil {
 			c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: e.msg, Err: e.bad})
@@ -389,6 +414,12 @@ func (s *Source) claimStream(ctx context.Context, p outbox.ClaimParams, now time
 	}
 	s.wakeAllLocked() // a skipped entry may free its aggregate's next message
 	return c, nil
+}
+
+// lookUp reports whether a claim looks e's row up: the first time, and,
+// when attempts are counted in the table, every time a kept row is claimed.
+func (s *Source) lookUp(e *entry) bool {
+	return e.bad == nil && (!e.checked || (e.kept && s.cfg.tableAttempts))
 }
 
 // waitVisible waits until the transactions xids are visible to new
@@ -503,32 +534,25 @@ func (s *Source) handBack(es []*entry, at time.Time) {
 }
 
 // Reschedule makes messages due again at their times, in memory; with
-// p.Refund their attempts are not counted.
+// p.Refund their attempts are not counted. With attempts in the table (see
+// WithTableAttempts), kept rows also get what polling records: the due
+// time, the error, and with p.Refund the attempt given back. The messages
+// are due again even when the table cannot be written: the attempt then
+// stays counted there, as a polling relay's would.
 func (s *Source) Reschedule(ctx context.Context, p outbox.RescheduleParams) error {
-	msgs := make([]*outbox.Message, len(p.Retries))
-	for i, r := range p.Retries {
-		msgs[i] = r.Message
-	}
-	mine, _ := s.split(msgs)
-	if len(mine) < len(msgs) {
-		var theirs []outbox.Retry
-		s.mu.Lock()
-		for _, r := range p.Retries {
-			if _, ok := s.win.byMsg[r.Message]; !ok {
-				theirs = append(theirs, r)
-			}
-		}
-		s.mu.Unlock()
-		if err := s.fallbackStore().Reschedule(ctx, outbox.RescheduleParams{Retries: theirs, Refund: p.Refund}); err != nil {
-			return err
-		}
-	}
+	var theirs, kept []outbox.Retry
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, r := range p.Retries {
 		e, ok := s.win.byMsg[r.Message]
-		if !ok || e.state != entryInFlight {
+		if !ok {
+			theirs = append(theirs, r)
 			continue
+		}
+		if e.state != entryInFlight {
+			continue
+		}
+		if e.kept && s.cfg.tableAttempts {
+			kept = append(kept, r)
 		}
 		if p.Refund {
 			e.attempts--
@@ -538,7 +562,15 @@ func (s *Source) Reschedule(ctx context.Context, p outbox.RescheduleParams) erro
 			delete(s.win.byMsg, e.msg)
 		}
 	}
-	return nil
+	s.mu.Unlock()
+	var errs []error
+	if len(kept) > 0 {
+		errs = append(errs, s.table.reschedule(ctx, kept, p.Refund))
+	}
+	if len(theirs) > 0 {
+		errs = append(errs, s.fallbackStore().Reschedule(ctx, outbox.RescheduleParams{Retries: theirs, Refund: p.Refund}))
+	}
+	return errors.Join(errs...)
 }
 
 // Kill records messages as dead: a kept row is marked dead, and a message

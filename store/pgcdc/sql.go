@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
 // table is what the source writes to the outbox table: it settles kept rows
@@ -55,24 +57,78 @@ WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, t.ident)
 	return nil
 }
 
-// statuses returns the status of each of the rows with these ids that the
-// table holds; a row it does not hold is not in the map.
-func (t *table) statuses(ctx context.Context, ids []int64) (map[int64]int16, error) {
-	rows, err := t.pool.Query(ctx, `SELECT id, COALESCE(status, -1)::smallint FROM `+t.ident+` WHERE id = ANY($1)`, ids)
+// rowState is what a claim's look-up found of a row the table holds.
+type rowState struct {
+	status  int16 // -1 for NULL
+	attempt int   // the attempt just counted (retry_count after the claim); 0 unless pending and counted
+}
+
+// claimRows looks up the rows with these ids. With count, each pending one
+// gets the claim's attempt counted in the table (retry_count + 1, clamped
+// as pgstore clamps it), in the same statement, so that attempts survive a
+// restart as the polling relay's do. It returns the state of each row the
+// table holds; a row it does not hold (deleted by its writer) is not in
+// the map.
+func (t *table) claimRows(ctx context.Context, ids []int64, count bool) (map[int64]rowState, error) {
+	q := `SELECT id, COALESCE(status, -1)::smallint, 0 FROM ` + t.ident + ` WHERE id = ANY($1)`
+	if count {
+		next := fmt.Sprintf("LEAST(GREATEST(COALESCE(retry_count, 0), 0), %d)::integer + 1", rowcheck.MaxAttempt-1)
+		q = `WITH c AS (
+	UPDATE ` + t.ident + ` SET retry_count = ` + next + ` WHERE id = ANY($1) AND status = 0 RETURNING id, retry_count
+)
+SELECT id, 0::smallint, retry_count FROM c
+UNION ALL
+SELECT id, COALESCE(status, -1)::smallint, 0 FROM ` + t.ident + ` WHERE id = ANY($1) AND status IS DISTINCT FROM 0`
+	}
+	rows, err := t.pool.Query(ctx, q, ids)
 	if err != nil {
-		return nil, fmt.Errorf("pgcdc: read row status: %w", err)
+		return nil, fmt.Errorf("pgcdc: claim rows: %w", err)
 	}
 	defer rows.Close()
-	out := make(map[int64]int16, len(ids))
+	out := make(map[int64]rowState, len(ids))
 	for rows.Next() {
 		var id int64
-		var st int16
-		if err := rows.Scan(&id, &st); err != nil {
-			return nil, fmt.Errorf("pgcdc: read row status: %w", err)
+		var st rowState
+		if err := rows.Scan(&id, &st.status, &st.attempt); err != nil {
+			return nil, fmt.Errorf("pgcdc: claim rows: %w", err)
 		}
 		out[id] = st
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgcdc: claim rows: %w", err)
+	}
+	return out, nil
+}
+
+// reschedule records on pending rows what a claim's failure left, as the
+// polling store's Reschedule does: when they are due again (next_retry_at,
+// which a polling fallback honours; the stream keeps its own schedule in
+// memory), the error, and with refund the attempt given back
+// (retry_count - 1). Each row is fenced by the attempt it was handed out
+// with: a row that another claim (a polling relay) counted again meanwhile
+// is left as it is.
+func (t *table) reschedule(ctx context.Context, retries []outbox.Retry, refund bool) error {
+	n := len(retries)
+	ids, attempts, ats, reasons := make([]int64, n), make([]int32, n), make([]time.Time, n), make([]string, n)
+	for i, r := range retries {
+		ids[i], attempts[i], ats[i], reasons[i] = r.Message.RowID, int32(r.Message.Attempt), r.At, clean(r.Err)
+	}
+	back := 0
+	if refund {
+		back = 1
+	}
+	setErr := ""
+	if t.lastError {
+		setErr = ", last_error = r.err"
+	}
+	_, err := t.pool.Exec(ctx, `UPDATE `+t.ident+` AS o
+SET next_retry_at = r.at, retry_count = GREATEST(r.attempt - $5::integer, 0), updated_at = now()`+setErr+`
+FROM unnest($1::bigint[], $2::integer[], $3::timestamptz[], $4::text[]) AS r(id, attempt, at, err)
+WHERE o.id = r.id AND o.status = 0 AND o.retry_count = r.attempt`, ids, attempts, ats, reasons, back)
+	if err != nil {
+		return fmt.Errorf("pgcdc: reschedule %d rows: %w", n, err)
+	}
+	return nil
 }
 
 // visible reports whether every one of the transactions xids (32-bit, as

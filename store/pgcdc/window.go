@@ -25,7 +25,7 @@ type entry struct {
 	txn      *txn
 	state    entryState
 	due      time.Time
-	attempts int // attempts counted so far (not refunded)
+	attempts int // attempts counted so far (not refunded); a kept row's is the table's (WithTableAttempts)
 	// kept: the look-up found its row pending. A row it did not find was
 	// deleted by its writer, or is not visible yet: the server can send a
 	// commit a moment before it is visible to other sessions' snapshots,
