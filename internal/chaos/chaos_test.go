@@ -26,7 +26,10 @@ var (
 	// postgres-held is PostgreSQL with the relays' claims held in an open
 	// transaction (--held-claims) instead of leased; its scenarios run
 	// without ordering, since ordered claims are never held.
-	matrixDBs     = []string{"postgres", "postgres-held", "mysql"}
+	// postgres-cdc is PostgreSQL with relays started with --source cdc:
+	// they share one replication slot (one streams, the others stand by
+	// and take over), with kept rows; its cells are in cdcCells.
+	matrixDBs     = []string{"postgres", "postgres-held", "postgres-cdc", "mysql"}
 	matrixBrokers = []string{"nats", "redis"}
 	matrixFaults  = []string{"kill9", "sigstop", "broker-cut", "broker-restart", "db-restart", "db-freeze", "pool", "longtx"}
 	shortForm     = map[string]bool{
@@ -36,6 +39,7 @@ var (
 		"mysql/nats/db-restart":     true,
 		"postgres/redis/broker-cut": true,
 		"postgres/nats/db-freeze":   true,
+		"postgres-cdc/nats/kill9":   true,
 	}
 	// unordered are the faults run with the relay's default (ordering off);
 	// the others run with --ordering, so their order violations must be 0.
@@ -95,7 +99,7 @@ func TestChaos(t *testing.T) {
 				t.Run(broker, func(t *testing.T) {
 					for _, fault := range matrixFaults {
 						sc := scenario{db: db, broker: broker, fault: fault}
-						if !set.full && !shortForm[sc.name()] {
+						if !sc.inMatrix() || !set.full && !shortForm[sc.name()] {
 							continue
 						}
 						t.Run(fault, func(t *testing.T) {
@@ -192,7 +196,8 @@ func runScenario(t *testing.T, sc scenario, set settings) *Report {
 	r.dir = scenarioDir(t, sc, set.keepDirs)
 
 	dbKind, held := strings.CutSuffix(sc.db, "-held")
-	relayCfg := relayConfig{count: 3, loops: 1, ordered: !unordered[sc.fault] && !held, held: held}
+	dbKind, cdc := strings.CutSuffix(dbKind, "-cdc")
+	relayCfg := relayConfig{count: 3, loops: 1, ordered: !unordered[sc.fault] && !held, held: held, cdc: cdc}
 	maxConns := 60
 	producers := 4
 	if sc.fault == "pool" {
@@ -204,7 +209,7 @@ func runScenario(t *testing.T, sc scenario, set settings) *Report {
 		relayCfg.storeTimeout = freezeStoreTimeout
 	}
 	r.relayCfg = relayCfg
-	r.db = newDatabase(t, dbKind, r.dir, maxConns, r.aggs)
+	r.db = newDatabase(t, dbKind, r.dir, maxConns, r.aggs, cdc)
 	r.monitor = r.db.open(2)
 	t.Cleanup(func() { r.monitor.Close() })
 	business := r.db.open(producers + 1)
@@ -238,6 +243,10 @@ func runScenario(t *testing.T, sc scenario, set settings) *Report {
 		relayDB = strings.Replace(relayDB, dbAddr, r.dbProxy.Addr(), 1)
 	}
 	r.relays = startRelays(t, r.dir, relayDB, relayBroker, relayCfg)
+	var slots *slotWatcher
+	if cdc {
+		slots = r.watchSlot()
+	}
 
 	setupDone := time.Now()
 	r.work = &workload{d: r.db, db: business, tag: fmt.Sprintf("m%x", seed&0xffffff), cfg: workloadConfig{
@@ -270,6 +279,10 @@ func runScenario(t *testing.T, sc scenario, set settings) *Report {
 	for _, line := range r.relays.stopAll(15 * time.Second) {
 		r.check("relay stop: %s", line)
 	}
+	if slots != nil {
+		slots.stop()
+		r.dropSlots()
+	}
 
 	tctx, tcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer tcancel()
@@ -295,6 +308,9 @@ func runScenario(t *testing.T, sc scenario, set settings) *Report {
 		rep.RecoverySeconds = round1(last.Sub(healed).Seconds())
 	}
 	r.finish(rep, rows, produces, hogs, deliveries)
+	if slots != nil {
+		r.finishCDC(rep, slots)
+	}
 
 	b, err := json.MarshalIndent(rep, "", "  ")
 	require.NoError(t, err)

@@ -39,15 +39,16 @@ type database struct {
 
 // newDatabase starts a private server of kind allowing maxConns
 // connections, and creates the schema with aggs business aggregates (and
-// hogAggs more for long transactions).
-func newDatabase(t *testing.T, kind, dir string, maxConns, aggs int) *database {
+// hogAggs more for long transactions). With logical, PostgreSQL runs with
+// wal_level = logical, for CDC relays.
+func newDatabase(t *testing.T, kind, dir string, maxConns, aggs int, logical bool) *database {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	d := &database{kind: kind}
 	switch kind {
 	case "postgres":
-		srv, dsn := startPostgres(t, dir, maxConns)
+		srv, dsn := startPostgres(t, dir, maxConns, logical)
 		d.srv, d.driver, d.dsn = srv, "pgx", dsn
 		d.relayDSN = fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", relayUser, srv.port)
 		d.exec(t, ctx, "CREATE ROLE "+relayUser+" LOGIN SUPERUSER",

@@ -4,7 +4,9 @@
 // The suite itself is TestChaos (in this package's tests): for each cell
 // TestChaos/<db>/<broker>/<fault> it starts a private database server
 // (PostgreSQL or MariaDB, on a data directory of its own: the shared
-// servers are never touched) and a private broker (nats-server with
+// servers are never touched; the postgres-cdc column runs PostgreSQL with
+// wal_level = logical and relays with --source cdc sharing one replication
+// slot, which the harness drops at the end) and a private broker (nats-server with
 // JetStream, or redis-server with an fsynced AOF), three relay processes of
 // the real `outbox relay` binary reaching the broker through a TCP fault
 // proxy, producers writing business rows and outbox rows in real
@@ -34,7 +36,7 @@
 //
 // # Running
 //
-// `go test ./internal/chaos` runs a short form (seconds per scenario, six cells);
+// `go test ./internal/chaos` runs a short form (seconds per scenario, seven cells);
 // `make chaos` sets OUTBOX_CHAOS=full and runs every cell longer, writing
 // every report to docs/guarantees-last-run.json. OUTBOX_CHAOS_SEED replays
 // a run's schedule, OUTBOX_CHAOS_LOAD sets how long producers run, and

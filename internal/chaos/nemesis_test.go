@@ -30,10 +30,20 @@ var nemeses = map[string]nemesis{
 // again 0.2-0.8 s later. The killed relay's leased rows stay leased; another
 // relay takes them over when the lease expires. Its held claims (--held-claims)
 // roll back when PostgreSQL sees the connection close, and are claimable at
-// once.
+// once. With CDC relays, every other kill (on average) is of the relay that
+// streams the slot, so that a standby takes over.
 func killRelays(ctx context.Context, r *run) {
 	for r.sleep(ctx, r.between(time.Second, 2500*time.Millisecond)) {
 		slot := r.rng.IntN(r.relays.count())
+		target := ""
+		if r.relayCfg.cdc && r.rng.IntN(2) == 0 {
+			if s := r.streamingRelay(); s >= 0 {
+				slot, target = s, " (streaming)"
+				r.mu.Lock()
+				r.extra["cdc_streamer_kills"]++
+				r.mu.Unlock()
+			}
+		}
 		at := time.Now()
 		// Stopped first, the relay can neither claim nor settle while the rows
 		// it holds locked are sampled; they are gone once it is dead.
@@ -50,7 +60,7 @@ func killRelays(ctx context.Context, r *run) {
 		if err := r.relays.start(slot); err != nil {
 			r.check("restart relay-%d: %v", slot+1, err)
 		}
-		r.fault(Fault{Kind: "kill9", Target: fmt.Sprintf("relay-%d", slot+1), At: at, InFlight: keys(inFlight)})
+		r.fault(Fault{Kind: "kill9", Target: fmt.Sprintf("relay-%d%s", slot+1, target), At: at, InFlight: keys(inFlight)})
 	}
 }
 

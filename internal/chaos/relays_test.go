@@ -31,6 +31,7 @@ type relayConfig struct {
 	maxConns int  // --db-max-conns; 0 keeps the daemon's default
 	ordered  bool // --ordering
 	held     bool // --held-claims
+	cdc      bool // --source cdc: the processes share one replication slot
 	// storeTimeout is --store-timeout; 0 keeps the default.
 	storeTimeout time.Duration
 }
@@ -74,6 +75,9 @@ func startRelays(t *testing.T, dir, dbURL, brokerURL string, cfg relayConfig) *r
 	args = append(args, "--ordering="+strconv.FormatBool(cfg.ordered))
 	if cfg.held {
 		args = append(args, "--held-claims")
+	}
+	if cfg.cdc {
+		args = append(args, "--source", "cdc")
 	}
 	if cfg.storeTimeout > 0 {
 		args = append(args, "--store-timeout", cfg.storeTimeout.String())

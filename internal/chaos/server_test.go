@@ -207,8 +207,11 @@ func postgresBin() (string, error) {
 
 // startPostgres starts a private PostgreSQL on a copy of a template
 // cluster, with trust authentication and fsync on, and returns it with the
-// admin DSN (user postgres, database postgres).
-func startPostgres(t *testing.T, dir string, maxConns int) (*server, string) {
+// admin DSN (user postgres, database postgres). With logical it runs with
+// wal_level = logical for CDC relays, and ends a replication connection
+// whose reader stopped answering after walSenderTimeout, so that a
+// SIGSTOPped relay frees its slot for a standby within seconds.
+func startPostgres(t *testing.T, dir string, maxConns int, logical bool) (*server, string) {
 	t.Helper()
 	bin, err := postgresBin()
 	if err != nil {
@@ -256,6 +259,10 @@ func startPostgres(t *testing.T, dir string, maxConns int) (*server, string) {
 				"-c", "listen_addresses=127.0.0.1", "-c", fmt.Sprintf("max_connections=%d", maxConns),
 				"-c", "superuser_reserved_connections=0", "-c", "fsync=on", "-c", "synchronous_commit=on",
 				"-c", "shared_buffers=32MB", "-c", "log_min_messages=warning", "-c", "log_line_prefix=%m [%p] ")
+			if logical {
+				cmd.Args = append(cmd.Args, "-c", "wal_level=logical", "-c", "max_replication_slots=10",
+					"-c", "max_wal_senders=10", "-c", "wal_sender_timeout="+walSenderTimeout.String())
+			}
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: o.cred}
 			return cmd
 		},
@@ -267,6 +274,11 @@ func startPostgres(t *testing.T, dir string, maxConns int) (*server, string) {
 	t.Cleanup(s.close)
 	return s, dsn
 }
+
+// walSenderTimeout is the private PostgreSQL's wal_sender_timeout in the
+// CDC cells: longer than three of the relays' status intervals (1 s), shorter
+// than a SIGSTOP (the lease and two seconds).
+const walSenderTimeout = 3 * time.Second
 
 // mysqlBins returns the paths of mariadb-install-db (or mysql_install_db) and mariadbd.
 func mysqlBins() (install, server string, err error) {
