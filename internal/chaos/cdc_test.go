@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -12,14 +13,21 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkit/outbox"
+
 	"github.com/outboxkit/outbox/store/pgcdc"
 )
 
-// The postgres-cdc column: relays started with --source cdc, sharing the
-// slot that the first of them creates; kept rows (the harness's Writer), so
-// the table is the ground truth as in the other columns. Each cell's
-// private server gets its own slot and publication, which the harness drops
-// after the relays stopped, checking that none survives.
+// The postgres-cdc columns: relays started with --source cdc, sharing the
+// slot that the first of them creates. postgres-cdc keeps rows (the
+// harness's Writer), so the table is the ground truth as in the other
+// columns; postgres-cdc-deleted deletes each outbox row in its writer's
+// transaction (outbox.WithDeleteAfterInsert), so the messages are in the
+// log only: the drain waits for the slot instead of the table, and with no
+// row to sample nothing explains a duplicate (NATS drops re-sends by
+// message id, so none is expected). Each cell's private server gets its
+// own slot and publication, which the harness drops after the relays
+// stopped, checking that none survives.
 var (
 	cdcFaults  = map[string]bool{"kill9": true, "sigstop": true, "db-restart": true, "broker-restart": true}
 	cdcBrokers = map[string]bool{"nats": true}
@@ -28,7 +36,7 @@ var (
 // inMatrix reports whether the matrix has the cell: every cell of the
 // polling columns, and cdcFaults with cdcBrokers in the postgres-cdc column.
 func (s scenario) inMatrix() bool {
-	if s.db != "postgres-cdc" {
+	if !strings.HasPrefix(s.db, "postgres-cdc") {
 		return true
 	}
 	return cdcFaults[s.fault] && cdcBrokers[s.broker]
@@ -135,7 +143,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, cdcSlot).Scan(&dropped)
 // finishCDC adds what the slot watcher and the relays' logs say about the
 // stream to rep: how often the reader of the slot changed and how long the
 // slot went unread each time (the takeover time, to within a sample).
-func (r *run) finishCDC(rep *Report, w *slotWatcher) {
+func (r *run) finishCDC(rep *Report, rows []Row, w *slotWatcher) {
 	logs := r.relays.counts()
 	w.mu.Lock()
 	gaps := slices.Clone(w.gaps)
@@ -157,6 +165,17 @@ func (r *run) finishCDC(rep *Report, w *slotWatcher) {
 		"cdc_stream_down_logged":     "change stream down, retrying",
 	} {
 		rep.Extra[key] = logs[msg]
+	}
+	if r.logOnly {
+		kept := 0
+		for _, row := range rows {
+			if row.Outbox && row.Status != outbox.StatusDead {
+				kept++
+			}
+		}
+		if kept > 0 {
+			rep.Checks = append(rep.Checks, fmt.Sprintf("cdc: the writer was to delete its rows, and %d outbox rows are in the table", kept))
+		}
 	}
 	if !streamed || logs["change stream started"] == 0 {
 		rep.Checks = append(rep.Checks, "cdc: no relay streamed the slot")
@@ -215,4 +234,23 @@ func socketInode(port int) string {
 		}
 	}
 	return ""
+}
+
+// slotBehind returns how many bytes of the log written before the drain
+// began the slot has not confirmed yet: with deleted rows there is no
+// pending row to count, and the slot is confirmed past a transaction only
+// once each of its messages was acknowledged by the broker or recorded dead.
+func (r *run) slotBehind(ctx context.Context, db *sql.DB) (int, error) {
+	if r.drainLSN == "" {
+		if err := db.QueryRowContext(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&r.drainLSN); err != nil {
+			return -1, err
+		}
+	}
+	var n int64
+	err := db.QueryRowContext(ctx, `SELECT GREATEST(pg_wal_lsn_diff($1::pg_lsn, COALESCE(confirmed_flush_lsn, '0/0')), 0)::bigint
+FROM pg_replication_slots WHERE slot_name = $2`, r.drainLSN, cdcSlot).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return -1, fmt.Errorf("no slot %s", cdcSlot)
+	}
+	return int(n), err
 }

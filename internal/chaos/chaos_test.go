@@ -29,7 +29,9 @@ var (
 	// postgres-cdc is PostgreSQL with relays started with --source cdc:
 	// they share one replication slot (one streams, the others stand by
 	// and take over), with kept rows; its cells are in cdcCells.
-	matrixDBs     = []string{"postgres", "postgres-held", "postgres-cdc", "mysql"}
+	// postgres-cdc-deleted is the same with a Writer that deletes its
+	// outbox rows (outbox.WithDeleteAfterInsert): messages in the log only.
+	matrixDBs     = []string{"postgres", "postgres-held", "postgres-cdc", "postgres-cdc-deleted", "mysql"}
 	matrixBrokers = []string{"nats", "redis"}
 	matrixFaults  = []string{"kill9", "sigstop", "broker-cut", "broker-restart", "db-restart", "db-freeze", "pool", "longtx"}
 	shortForm     = map[string]bool{
@@ -156,6 +158,8 @@ type run struct {
 	dbProxy  *faultproxy.Proxy // between the relays and the database (db-freeze only)
 	relays   *relays
 	relayCfg relayConfig
+	logOnly  bool    // the Writer deletes its outbox rows: messages are in the log only (CDC)
+	drainLSN string  // logOnly: the end of the log when the drain began
 	monitor  *sql.DB // the harness's own connections: in-flight sets, pending counts, truth
 	work     *workload
 	cons     consumer
@@ -196,7 +200,9 @@ func runScenario(t *testing.T, sc scenario, set settings) *Report {
 	r.dir = scenarioDir(t, sc, set.keepDirs)
 
 	dbKind, held := strings.CutSuffix(sc.db, "-held")
+	dbKind, deleted := strings.CutSuffix(dbKind, "-deleted")
 	dbKind, cdc := strings.CutSuffix(dbKind, "-cdc")
+	r.logOnly = deleted
 	relayCfg := relayConfig{count: 3, loops: 1, ordered: !unordered[sc.fault] && !held, held: held, cdc: cdc}
 	maxConns := 60
 	producers := 4
@@ -209,7 +215,7 @@ func runScenario(t *testing.T, sc scenario, set settings) *Report {
 		relayCfg.storeTimeout = freezeStoreTimeout
 	}
 	r.relayCfg = relayCfg
-	r.db = newDatabase(t, dbKind, r.dir, maxConns, r.aggs, cdc)
+	r.db = newDatabase(t, dbKind, r.dir, maxConns, r.aggs, dbOptions{logical: cdc, deleteRows: deleted})
 	r.monitor = r.db.open(2)
 	t.Cleanup(func() { r.monitor.Close() })
 	business := r.db.open(producers + 1)
@@ -293,7 +299,8 @@ func runScenario(t *testing.T, sc scenario, set settings) *Report {
 	r.mu.Lock()
 	faults := append([]Fault(nil), r.faults...)
 	r.mu.Unlock()
-	rep := Check(Input{Produces: produces, Rows: rows, Deliveries: deliveries, Faults: faults, Ordered: relayCfg.ordered})
+	rep := Check(Input{Produces: produces, Rows: rows, Deliveries: deliveries, Faults: faults, Ordered: relayCfg.ordered,
+		LogOnly: r.logOnly})
 	rep.Scenario, rep.DB, rep.Broker, rep.Fault, rep.Seed = sc.name(), sc.db, sc.broker, sc.fault, set.seed
 	rep.LoadSeconds = round1(loadSeconds)
 	rep.RecoverySeconds = -1 // the drain gave up
@@ -309,7 +316,7 @@ func runScenario(t *testing.T, sc scenario, set settings) *Report {
 	}
 	r.finish(rep, rows, produces, hogs, deliveries)
 	if slots != nil {
-		r.finishCDC(rep, slots)
+		r.finishCDC(rep, rows, slots)
 	}
 
 	b, err := json.MarshalIndent(rep, "", "  ")
@@ -457,15 +464,23 @@ func (r *run) drain(timeout time.Duration) bool {
 	deadline := start.Add(timeout)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	pending := r.db.pending
+	if r.logOnly {
+		pending = r.slotBehind
+	}
 	for {
 		qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
-		n, err := r.db.pending(qctx, r.monitor)
+		n, err := pending(qctx, r.monitor)
 		qcancel()
 		if err == nil && n == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			r.check("drain: %d rows still pending after %v (last error: %v)", n, timeout, err)
+			what := "rows still pending"
+			if r.logOnly {
+				what = "bytes of log the slot has not confirmed"
+			}
+			r.check("drain: %d %s after %v (last error: %v)", n, what, timeout, err)
 			return false
 		}
 		pause(100 * time.Millisecond)

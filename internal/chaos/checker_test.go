@@ -129,6 +129,15 @@ func TestCheckClasses(t *testing.T) {
 			broken: []string{"torn = 1, want 0 (e.g. b1)"},
 		},
 		{
+			name: "LogOnlyRowsAreNotTorn",
+			change: func(in *Input) {
+				in.LogOnly = true
+				for i := range in.Rows {
+					in.Rows[i].Outbox = false
+				}
+			},
+		},
+		{
 			name: "DuplicateInFlightAtAFault",
 			change: func(in *Input) {
 				in.Deliveries = append(in.Deliveries, deliver(a2, "5"))

@@ -25,6 +25,15 @@ const (
 	eventType   = "ITEM_ADDED"     // every message's event type, so one stream holds them all
 )
 
+// dbOptions are what a cell asks of its database beyond the defaults.
+type dbOptions struct {
+	logical bool // PostgreSQL with wal_level = logical, for CDC relays
+	// deleteRows makes the Writer delete each outbox row in its own
+	// transaction (outbox.WithDeleteAfterInsert): the message is in the
+	// log only, for CDC relays.
+	deleteRows bool
+}
+
 // database is a private database server holding the scenario's schema: the
 // business tables, the outbox table (created by the store's own Migrate),
 // and an account for the relays so their connections can be told apart.
@@ -39,16 +48,15 @@ type database struct {
 
 // newDatabase starts a private server of kind allowing maxConns
 // connections, and creates the schema with aggs business aggregates (and
-// hogAggs more for long transactions). With logical, PostgreSQL runs with
-// wal_level = logical, for CDC relays.
-func newDatabase(t *testing.T, kind, dir string, maxConns, aggs int, logical bool) *database {
+// hogAggs more for long transactions), with the options of the cell.
+func newDatabase(t *testing.T, kind, dir string, maxConns, aggs int, opts dbOptions) *database {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	d := &database{kind: kind}
 	switch kind {
 	case "postgres":
-		srv, dsn := startPostgres(t, dir, maxConns, logical)
+		srv, dsn := startPostgres(t, dir, maxConns, opts.logical)
 		d.srv, d.driver, d.dsn = srv, "pgx", dsn
 		d.relayDSN = fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", relayUser, srv.port)
 		d.exec(t, ctx, "CREATE ROLE "+relayUser+" LOGIN SUPERUSER",
@@ -61,7 +69,11 @@ func newDatabase(t *testing.T, kind, dir string, maxConns, aggs int, logical boo
 		require.NoError(t, err)
 		require.NoError(t, st.Migrate(ctx))
 		pool.Close() // the writer below goes through database/sql transactions
-		d.writer = outbox.NewWriter(st.SQLTx())
+		var wopts []outbox.WriterOption
+		if opts.deleteRows {
+			wopts = append(wopts, outbox.WithDeleteAfterInsert())
+		}
+		d.writer = outbox.NewWriter(st.SQLTx(), wopts...)
 	case "mysql":
 		srv, admin := startMySQL(t, dir, maxConns)
 		d.srv, d.driver = srv, "mysql"

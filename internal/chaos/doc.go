@@ -4,9 +4,10 @@
 // The suite itself is TestChaos (in this package's tests): for each cell
 // TestChaos/<db>/<broker>/<fault> it starts a private database server
 // (PostgreSQL or MariaDB, on a data directory of its own: the shared
-// servers are never touched; the postgres-cdc column runs PostgreSQL with
+// servers are never touched; the postgres-cdc columns run PostgreSQL with
 // wal_level = logical and relays with --source cdc sharing one replication
-// slot, which the harness drops at the end) and a private broker (nats-server with
+// slot, which the harness drops at the end, with kept rows or, in
+// postgres-cdc-deleted, rows the writer deletes) and a private broker (nats-server with
 // JetStream, or redis-server with an fsynced AOF), three relay processes of
 // the real `outbox relay` binary reaching the broker through a TCP fault
 // proxy, producers writing business rows and outbox rows in real
