@@ -221,6 +221,12 @@ type Config struct {
 	// CDCFailoverAfter is how long a CDC relay may be unable to stream
 	// before it polls the table instead. Default: DefaultCDCFailoverAfter.
 	CDCFailoverAfter time.Duration `yaml:"cdc_failover_after"`
+	// CDCMemoryAttempts makes a CDC relay count attempts in memory instead
+	// of in the table's retry_count at each claim (pgcdc.WithTableAttempts
+	// off): a faster drain of kept rows, but after a restart a message starts
+	// again at attempt 1, so one that crashes the relay every time is never
+	// marked dead. Default: false.
+	CDCMemoryAttempts bool `yaml:"cdc_memory_attempts"`
 	// DeleteSent deletes published rows instead of marking them sent. Default: false.
 	DeleteSent bool `yaml:"delete_sent"`
 	// ArchiveEvery is the period of the scheduled archive: the daemon takes

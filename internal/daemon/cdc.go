@@ -25,7 +25,7 @@ func (d *Daemon) cdcSource(db *DB, reg *prometheus.Registry) (*pgcdc.Source, err
 		return nil, errors.New("source cdc: needs a postgres:// database")
 	}
 	opts := []pgcdc.Option{pgcdc.WithTable(c.Table), pgcdc.WithFallback(db.Store),
-		pgcdc.WithFailoverAfter(c.CDCFailoverAfter), pgcdc.WithLogger(d.log)}
+		pgcdc.WithFailoverAfter(c.CDCFailoverAfter), pgcdc.WithTableAttempts(!c.CDCMemoryAttempts), pgcdc.WithLogger(d.log)}
 	if c.CDCSlot != "" {
 		opts = append(opts, pgcdc.WithSlot(c.CDCSlot))
 	}
