@@ -535,24 +535,34 @@ func (s *Source) handBack(es []*entry, at time.Time) {
 
 // Reschedule makes messages due again at their times, in memory; with
 // p.Refund their attempts are not counted. With attempts in the table (see
-// WithTableAttempts), kept rows also get what polling records: the due
-// time, the error, and with p.Refund the attempt given back. The messages
-// are due again even when the table cannot be written: the attempt then
-// stays counted there, as a polling relay's would.
+// WithTableAttempts), kept rows also get what polling records, before they
+// can be claimed again: the due time, the error, and with p.Refund the
+// attempt given back. The messages are due again even when the table
+// cannot be written: the attempt then stays counted there, as a polling
+// relay's would.
 func (s *Source) Reschedule(ctx context.Context, p outbox.RescheduleParams) error {
-	var theirs, kept []outbox.Retry
+	var theirs []outbox.Retry
+	var kept []rowRetry
 	s.mu.Lock()
 	for _, r := range p.Retries {
 		e, ok := s.win.byMsg[r.Message]
-		if !ok {
+		switch {
+		case !ok:
 			theirs = append(theirs, r)
-			continue
+		case e.state == entryInFlight && e.kept && s.cfg.tableAttempts:
+			kept = append(kept, rowRetry{id: e.msg.RowID, attempt: e.msg.Attempt, at: r.At, err: r.Err})
 		}
-		if e.state != entryInFlight {
+	}
+	s.mu.Unlock()
+	var errs []error
+	if len(kept) > 0 { // in flight until written, so that no claim counts them meanwhile
+		errs = append(errs, s.table.reschedule(ctx, kept, p.Refund))
+	}
+	s.mu.Lock()
+	for _, r := range p.Retries {
+		e, ok := s.win.byMsg[r.Message]
+		if !ok || e.state != entryInFlight {
 			continue
-		}
-		if e.kept && s.cfg.tableAttempts {
-			kept = append(kept, r)
 		}
 		if p.Refund {
 			e.attempts--
@@ -563,10 +573,6 @@ func (s *Source) Reschedule(ctx context.Context, p outbox.RescheduleParams) erro
 		}
 	}
 	s.mu.Unlock()
-	var errs []error
-	if len(kept) > 0 {
-		errs = append(errs, s.table.reschedule(ctx, kept, p.Refund))
-	}
 	if len(theirs) > 0 {
 		errs = append(errs, s.fallbackStore().Reschedule(ctx, outbox.RescheduleParams{Retries: theirs, Refund: p.Refund}))
 	}

@@ -100,6 +100,14 @@ SELECT id, COALESCE(status, -1)::smallint, 0 FROM ` + t.ident + ` WHERE id = ANY
 	return out, nil
 }
 
+// rowRetry is a retry of a kept row, copied out of its entry.
+type rowRetry struct {
+	id      int64
+	attempt int
+	at      time.Time
+	err     string
+}
+
 // reschedule records on pending rows what a claim's failure left, as the
 // polling store's Reschedule does: when they are due again (next_retry_at,
 // which a polling fallback honours; the stream keeps its own schedule in
@@ -107,11 +115,11 @@ SELECT id, COALESCE(status, -1)::smallint, 0 FROM ` + t.ident + ` WHERE id = ANY
 // (retry_count - 1). Each row is fenced by the attempt it was handed out
 // with: a row that another claim (a polling relay) counted again meanwhile
 // is left as it is.
-func (t *table) reschedule(ctx context.Context, retries []outbox.Retry, refund bool) error {
+func (t *table) reschedule(ctx context.Context, retries []rowRetry, refund bool) error {
 	n := len(retries)
 	ids, attempts, ats, reasons := make([]int64, n), make([]int32, n), make([]time.Time, n), make([]string, n)
 	for i, r := range retries {
-		ids[i], attempts[i], ats[i], reasons[i] = r.Message.RowID, int32(r.Message.Attempt), r.At, clean(r.Err)
+		ids[i], attempts[i], ats[i], reasons[i] = r.id, int32(r.attempt), r.at, clean(r.err)
 	}
 	back := 0
 	if refund {
