@@ -180,9 +180,8 @@ func (r *run) finishCDC(rep *Report, rows []Row, w *slotWatcher) {
 	if !streamed || logs["change stream started"] == 0 {
 		rep.Checks = append(rep.Checks, "cdc: no relay streamed the slot")
 	}
-	if r.sc.fault == "kill9" && rep.Extra["cdc_streamer_kills"] > 0 && len(gaps) == 0 {
-		rep.Checks = append(rep.Checks, fmt.Sprintf("cdc: the slot never changed reader though its reader was killed %d times",
-			rep.Extra["cdc_streamer_kills"]))
+	if n := rep.Extra["cdc_streamer_kills"] + rep.Extra["cdc_streamer_pauses"]; n > 0 && len(gaps) == 0 {
+		rep.Checks = append(rep.Checks, fmt.Sprintf("cdc: the slot never changed reader though its reader was killed or stopped %d times", n))
 	}
 }
 

@@ -150,6 +150,7 @@ type run struct {
 	sc       scenario
 	set      settings
 	rng      *rand.Rand // the nemesis's randomness
+	picks    int        // the nemesis's choices of a relay so far (pickRelay)
 	dir      string
 	aggs     int
 	db       *database

@@ -30,20 +30,11 @@ var nemeses = map[string]nemesis{
 // again 0.2-0.8 s later. The killed relay's leased rows stay leased; another
 // relay takes them over when the lease expires. Its held claims (--held-claims)
 // roll back when PostgreSQL sees the connection close, and are claimable at
-// once. With CDC relays, every other kill (on average) is of the relay that
-// streams the slot, so that a standby takes over.
+// once. With CDC relays, every other kill is of the relay that
+// streams the slot, so that a standby takes over (see pickRelay).
 func killRelays(ctx context.Context, r *run) {
 	for r.sleep(ctx, r.between(time.Second, 2500*time.Millisecond)) {
-		slot := r.rng.IntN(r.relays.count())
-		target := ""
-		if r.relayCfg.cdc && r.rng.IntN(2) == 0 {
-			if s := r.streamingRelay(); s >= 0 {
-				slot, target = s, " (streaming)"
-				r.mu.Lock()
-				r.extra["cdc_streamer_kills"]++
-				r.mu.Unlock()
-			}
-		}
+		slot, target := r.pickRelay("cdc_streamer_kills")
 		at := time.Now()
 		// Stopped first, the relay can neither claim nor settle while the rows
 		// it holds locked are sampled; they are gone once it is dead.
@@ -64,12 +55,34 @@ func killRelays(ctx context.Context, r *run) {
 	}
 }
 
+// pickRelay returns the slot of a random relay, and with CDC relays, every
+// other time (the first included), of the one that streams (counted in
+// r.extra under key), with " (streaming)" to add to the fault's target.
+func (r *run) pickRelay(key string) (int, string) {
+	slot := r.rng.IntN(r.relays.count())
+	r.picks++
+	if !r.relayCfg.cdc || r.picks%2 == 0 {
+		return slot, ""
+	}
+	s := r.streamingRelay()
+	if s < 0 {
+		return slot, ""
+	}
+	r.mu.Lock()
+	r.extra[key]++
+	r.mu.Unlock()
+	return s, " (streaming)"
+}
+
 // pauseRelays stops a random relay with SIGSTOP for longer than the lease,
 // so that another relay takes its rows over, then lets it run again: the
-// zombie wakes up in the middle of a batch it no longer owns.
+// zombie wakes up in the middle of a batch it no longer owns. With CDC
+// relays, every other pause is of the relay that streams, whose
+// connection the server ends after wal_sender_timeout, so that a standby
+// takes over.
 func pauseRelays(ctx context.Context, r *run) {
 	for r.sleep(ctx, r.between(500*time.Millisecond, 1500*time.Millisecond)) {
-		slot := r.rng.IntN(r.relays.count())
+		slot, target := r.pickRelay("cdc_streamer_pauses")
 		at := time.Now()
 		r.relays.signal(slot, syscall.SIGSTOP)
 		inFlight := r.inFlight()
@@ -87,7 +100,7 @@ func pauseRelays(ctx context.Context, r *run) {
 		r.mu.Lock()
 		r.stopped = append(r.stopped, inFlight)
 		r.mu.Unlock()
-		r.fault(Fault{Kind: "sigstop", Target: fmt.Sprintf("relay-%d", slot+1), At: at, InFlight: keys(inFlight)})
+		r.fault(Fault{Kind: "sigstop", Target: fmt.Sprintf("relay-%d%s", slot+1, target), At: at, InFlight: keys(inFlight)})
 	}
 }
 
