@@ -12,6 +12,7 @@ require (
 	github.com/outboxkit/outbox/publisher/natspub v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/publisher/redispub v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/store/mysqlstore v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox/store/pgcdc v0.0.0-00010101000000-000000000000
 	github.com/outboxkit/outbox/store/pgstore v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
@@ -30,7 +31,6 @@ require (
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/outboxkit/outbox/internal/jsretry v0.0.0-00010101000000-000000000000 // indirect
-	github.com/outboxkit/outbox/store/pgcdc v0.0.0-00010101000000-000000000000 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
