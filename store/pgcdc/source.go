@@ -372,13 +372,7 @@ func (s *Source) claimStream(ctx context.Context, p outbox.ClaimParams, now time
 	var st map[int64]rowState
 	if len(ids) > 0 {
 		var err error
-		if len(xids) > 0 {
-			err = s.waitVisible(ctx, xids)
-		}
-		if err == nil {
-			st, err = s.table.claimRows(ctx, ids, s.cfg.tableAttempts)
-		}
-		if err != nil {
+		if st, err = s.claimRows(ctx, ids, xids); err != nil {
 			s.mu.Lock()
 			for _, e := range es {
 				s.unclaim(e)
@@ -422,19 +416,19 @@ func (s *Source) lookUp(e *entry) bool {
 	return e.bad == nil && (!e.checked || (e.kept && s.cfg.tableAttempts))
 }
 
-// waitVisible waits until the transactions xids are visible to new
-// snapshots (see table.visible), which takes a moment at most.
-func (s *Source) waitVisible(ctx context.Context, xids []int64) error {
+// claimRows runs table.claimRows until the transactions xids are visible
+// to its snapshot, which takes a moment at most.
+func (s *Source) claimRows(ctx context.Context, ids, xids []int64) (map[int64]rowState, error) {
 	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		ok, err := s.table.visible(ctx, xids)
+		ok, st, err := s.table.claimRows(ctx, ids, xids, s.cfg.tableAttempts)
 		if err != nil || ok {
-			return err
+			return st, err
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-t.C:
 		}
 	}

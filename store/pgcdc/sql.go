@@ -63,41 +63,71 @@ type rowState struct {
 	attempt int   // the attempt just counted (retry_count after the claim); 0 unless pending and counted
 }
 
-// claimRows looks up the rows with these ids. With count, each pending one
+// visibleSQL is true when every one of the transactions $2 (32-bit ids, as
+// pgoutput's BEGIN gives them) is visible to the statement's own snapshot.
+// The server may send a transaction a moment before it is visible to other
+// sessions (its commit is in the log before the backend leaves the
+// snapshot's running set), and a look-up in that moment would take its rows
+// for deleted. The 64-bit id is rebuilt with the epoch of the snapshot's
+// xmax, one less when the 32-bit id is above xmax's (the counter wrapped
+// since).
+const visibleSQL = `SELECT COALESCE(bool_and(pg_visible_in_snapshot(
+		((((pg_snapshot_xmax(snap.s)::text::bigint) >> 32)
+		  - CASE WHEN x > (pg_snapshot_xmax(snap.s)::text::bigint & 4294967295) THEN 1 ELSE 0 END) << 32 | x)::text::xid8,
+		snap.s)), true) AS ok
+	FROM (SELECT pg_current_snapshot() AS s) AS snap, unnest($2::bigint[]) AS x`
+
+// claimRows looks up the rows with ids $1, once the transactions xids
+// (see visibleSQL) are visible to its snapshot, in one statement: one round
+// trip on each message's way to the broker. With count, each pending row
 // gets the claim's attempt counted in the table (retry_count + 1, clamped
-// as pgstore clamps it), in the same statement, so that attempts survive a
-// restart as the polling relay's do. It returns the state of each row the
-// table holds; a row it does not hold (deleted by its writer) is not in
-// the map.
-func (t *table) claimRows(ctx context.Context, ids []int64, count bool) (map[int64]rowState, error) {
-	q := `SELECT id, COALESCE(status, -1)::smallint, 0 FROM ` + t.ident + ` WHERE id = ANY($1)`
+// as pgstore clamps it), so that attempts survive a restart as the polling
+// relay's do. visible false means the transactions were not visible yet:
+// the statement changed and read nothing, and is to be run again. Otherwise
+// it returns the state of each row the table holds; a row it does not hold
+// (deleted by its writer) is not in the map. Every part of the statement
+// reads the same snapshot, pg_current_snapshot's.
+func (t *table) claimRows(ctx context.Context, ids, xids []int64, count bool) (visible bool, st map[int64]rowState, err error) {
+	pending := `SELECT id, 0 AS attempt FROM ` + t.ident + ` WHERE id = ANY($1) AND status = 0 AND (SELECT ok FROM v)`
 	if count {
 		next := fmt.Sprintf("LEAST(GREATEST(COALESCE(retry_count, 0), 0), %d)::integer + 1", rowcheck.MaxAttempt-1)
-		q = `WITH c AS (
-	UPDATE ` + t.ident + ` SET retry_count = ` + next + ` WHERE id = ANY($1) AND status = 0 RETURNING id, retry_count
-)
-SELECT id, 0::smallint, retry_count FROM c
-UNION ALL
-SELECT id, COALESCE(status, -1)::smallint, 0 FROM ` + t.ident + ` WHERE id = ANY($1) AND status IS DISTINCT FROM 0`
+		pending = `UPDATE ` + t.ident + ` SET retry_count = ` + next + `
+	WHERE id = ANY($1) AND status = 0 AND (SELECT ok FROM v) RETURNING id, retry_count AS attempt`
 	}
-	rows, err := t.pool.Query(ctx, q, ids)
+	q := `WITH v AS (` + visibleSQL + `),
+c AS (
+	` + pending + `
+)
+SELECT v.ok, NULL::bigint, NULL::smallint, NULL::integer FROM v
+UNION ALL
+SELECT true, id, 0::smallint, attempt FROM c
+UNION ALL
+SELECT true, id, COALESCE(status, -1)::smallint, 0 FROM ` + t.ident + `
+	WHERE id = ANY($1) AND status IS DISTINCT FROM 0 AND (SELECT ok FROM v)`
+	rows, err := t.pool.Query(ctx, q, ids, xids)
 	if err != nil {
-		return nil, fmt.Errorf("pgcdc: claim rows: %w", err)
+		return false, nil, fmt.Errorf("pgcdc: claim rows: %w", err)
 	}
 	defer rows.Close()
-	out := make(map[int64]rowState, len(ids))
+	st = make(map[int64]rowState, len(ids))
 	for rows.Next() {
-		var id int64
-		var st rowState
-		if err := rows.Scan(&id, &st.status, &st.attempt); err != nil {
-			return nil, fmt.Errorf("pgcdc: claim rows: %w", err)
+		var ok bool
+		var id pgtype.Int8
+		var status pgtype.Int2
+		var attempt pgtype.Int4
+		if err := rows.Scan(&ok, &id, &status, &attempt); err != nil {
+			return false, nil, fmt.Errorf("pgcdc: claim rows: %w", err)
 		}
-		out[id] = st
+		if !id.Valid { // v's row
+			visible = ok
+			continue
+		}
+		st[id.Int64] = rowState{status: status.Int16, attempt: int(attempt.Int32)}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pgcdc: claim rows: %w", err)
+		return false, nil, fmt.Errorf("pgcdc: claim rows: %w", err)
 	}
-	return out, nil
+	return visible, st, nil
 }
 
 // rowRetry is a retry of a kept row, copied out of its entry.
@@ -137,27 +167,6 @@ WHERE o.id = r.id AND o.status = 0 AND o.retry_count = r.attempt`, ids, attempts
 		return fmt.Errorf("pgcdc: reschedule %d rows: %w", n, err)
 	}
 	return nil
-}
-
-// visible reports whether every one of the transactions xids (32-bit, as
-// pgoutput's BEGIN gives them) is visible to a snapshot taken now. The
-// server may send a transaction a moment before it is visible to other
-// sessions (its commit is in the log before the backend leaves the
-// snapshot's running set), and a look-up in that moment would take its
-// rows for deleted. The 64-bit id is rebuilt with the epoch of the
-// snapshot's xmax, one less when the 32-bit id is above xmax's (the
-// counter wrapped since).
-func (t *table) visible(ctx context.Context, xids []int64) (bool, error) {
-	var ok bool
-	err := t.pool.QueryRow(ctx, `SELECT COALESCE(bool_and(pg_visible_in_snapshot(
-    ((((pg_snapshot_xmax(snap.s)::text::bigint) >> 32)
-      - CASE WHEN x > (pg_snapshot_xmax(snap.s)::text::bigint & 4294967295) THEN 1 ELSE 0 END) << 32 | x)::text::xid8,
-    snap.s)), true)
-FROM (SELECT pg_current_snapshot() AS s) AS snap, unnest($1::bigint[]) AS x`, xids).Scan(&ok)
-	if err != nil {
-		return false, fmt.Errorf("pgcdc: check that transactions are visible: %w", err)
-	}
-	return ok, nil
 }
 
 // markSent marks pending rows sent (or deletes them) and returns the ids
