@@ -396,15 +396,15 @@ func (s *Source) claimStream(ctx context.Context, p outbox.ClaimParams, now time
 				continue
 			case found && s.cfg.tableAttempts:
 				e.attempts = row.attempt // the table's count, which survives a restart
-				e.msg.Attempt = row.attempt
+				e.out.Attempt = row.attempt
 			}
 			e.checked, e.kept = true, found
 		}
 		if e.bad != nil {
-			c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: e.msg, Err: e.bad})
+			c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: e.out, Err: e.bad})
 			continue
 		}
-		c.Messages = append(c.Messages, e.msg)
+		c.Messages = append(c.Messages, e.out)
 	}
 	s.wakeAllLocked() // a skipped entry may free its aggregate's next message
 	return c, nil
@@ -442,7 +442,7 @@ func (s *Source) unclaim(e *entry) {
 	e.attempts--
 	e.state = entryReady
 	if e.stale {
-		delete(s.win.byMsg, e.msg)
+		delete(s.win.byMsg, e.out)
 	}
 }
 
@@ -522,7 +522,7 @@ func (s *Source) handBack(es []*entry, at time.Time) {
 		e.attempts--
 		e.state, e.due = entryWaiting, at
 		if e.stale {
-			delete(s.win.byMsg, e.msg)
+			delete(s.win.byMsg, e.out)
 		}
 	}
 }
@@ -544,7 +544,7 @@ func (s *Source) Reschedule(ctx context.Context, p outbox.RescheduleParams) erro
 		case !ok:
 			theirs = append(theirs, r)
 		case e.state == entryInFlight && e.kept && s.cfg.tableAttempts:
-			kept = append(kept, rowRetry{id: e.msg.RowID, attempt: e.msg.Attempt, at: r.At, err: r.Err})
+			kept = append(kept, rowRetry{id: e.msg.RowID, attempt: e.out.Attempt, at: r.At, err: r.Err})
 		}
 	}
 	s.mu.Unlock()
@@ -563,7 +563,7 @@ func (s *Source) Reschedule(ctx context.Context, p outbox.RescheduleParams) erro
 		}
 		e.state, e.due = entryWaiting, r.At
 		if e.stale { // read again on the new connection
-			delete(s.win.byMsg, e.msg)
+			delete(s.win.byMsg, e.out)
 		}
 	}
 	s.mu.Unlock()

@@ -20,7 +20,11 @@ const (
 
 // entry is one message read from the stream, kept until it is settled.
 type entry struct {
+	// msg is the message as read from the stream. Each claim hands out a
+	// copy of it (out), so that a claim never changes a message that the
+	// relay still holds from an earlier one (its attempt, for one).
 	msg      *outbox.Message
+	out      *outbox.Message // the copy handed out last, the key of window.byMsg
 	bad      error // why the row could not be decoded; it is handed out as malformed
 	txn      *txn
 	state    entryState
@@ -95,7 +99,7 @@ func (w *window) settle(e *entry) {
 		return
 	}
 	e.state = entryDone
-	delete(w.byMsg, e.msg)
+	delete(w.byMsg, e.out)
 	if e.stale {
 		return
 	}
@@ -129,7 +133,7 @@ func (w *window) reset() {
 	for _, e := range w.entries {
 		e.stale = true
 		if e.state != entryInFlight {
-			delete(w.byMsg, e.msg)
+			delete(w.byMsg, e.out)
 		}
 	}
 	w.entries, w.txns = nil, nil
@@ -179,8 +183,10 @@ func (w *window) handOut(es []*entry) {
 	for _, e := range es {
 		e.state = entryInFlight
 		e.attempts++
-		e.msg.Attempt = e.attempts
-		w.byMsg[e.msg] = e
+		m := *e.msg
+		m.Attempt = e.attempts
+		e.out = &m
+		w.byMsg[e.out] = e
 	}
 }
 
