@@ -188,3 +188,22 @@ func BothTables[S any](t *testing.T, migrated, contract func(*testing.T) (S, *sq
 		})
 	}
 }
+
+// ClaimChained makes an ordered claim of up to limit rows on s (BlockOnDead,
+// a lease of an hour) naming chain in ClaimParams.Chain, and returns what it
+// handed out, as "aggregate#payload", and the messages.
+func ClaimChained(t *testing.T, s outbox.Store, limit int, chain ...*outbox.Message) ([]string, []*outbox.Message) {
+	t.Helper()
+	var ids []int64
+	for _, m := range chain {
+		ids = append(ids, m.RowID)
+	}
+	c, err := s.Claim(t.Context(), outbox.ClaimParams{Limit: limit, Lease: time.Hour, Ordered: true,
+		BlockOnDead: true, Chain: ids})
+	require.NoError(t, err)
+	var got []string
+	for _, m := range c.Messages {
+		got = append(got, fmt.Sprintf("%s#%s", m.AggregateID, m.Payload))
+	}
+	return got, c.Messages
+}

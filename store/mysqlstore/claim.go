@@ -114,7 +114,11 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 		}
 		if full && len(keep) < p.Limit {
 			// The candidates were rows blocked behind earlier ones: take heads too (runs.go).
-			if err := s.lockHeads(ctx, tx, st, p, p.Limit-len(keep), lock); err != nil {
+			after := int64(0)
+			if len(st.lock) == 1 { // one SELECT in id order: every due row up to its last is locked
+				after = order[len(order)-1].id
+			}
+			if err := s.lockHeads(ctx, tx, st, p, p.Limit-len(keep), after, lock); err != nil {
 				return nil, err
 			}
 			if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
@@ -145,9 +149,15 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 }
 
 // lockHeads locks up to limit heads the way ordered claims took them before
-// runs (ordered.go), with lock.
+// runs (ordered.go), with lock. On a table with the head index, the walk's
+// window starts above after: the claim's first step locked the first due
+// rows in id order up to after, except those other claims held locked, so
+// below it lie only rows this claim holds already, which the walk would
+// probe again and return (a transaction's own locks are not skipped),
+// counting them in its limit, and rows of other claims. (The loose scan
+// reads every aggregate anyway, and its rows carry their count.)
 func (s *Store) lockHeads(ctx context.Context, tx *sql.Tx, st claimStatements, p outbox.ClaimParams, limit int,
-	lock func(extra *int64, query string, args ...any) (int, error)) error {
+	after int64, lock func(extra *int64, query string, args ...any) (int, error)) error {
 	ord := st.ord
 	switch {
 	case ord == nil:
@@ -172,13 +182,13 @@ func (s *Store) lockHeads(ctx context.Context, tx *sql.Tx, st claimStatements, p
 	default:
 		bound := int64(math.MaxInt64)
 		beyond := true
-		switch err := tx.QueryRowContext(ctx, ord.bound).Scan(&bound); {
+		switch err := tx.QueryRowContext(ctx, ord.bound, after).Scan(&bound); {
 		case errors.Is(err, sql.ErrNoRows):
 			bound, beyond = math.MaxInt64, false // the whole backlog fits in the window
 		case err != nil:
 			return fmt.Errorf("read the window: %w", err)
 		}
-		n, err := lock(nil, ord.walk, bound, limit)
+		n, err := lock(nil, ord.walk, after, bound, limit)
 		if err != nil {
 			return err
 		}

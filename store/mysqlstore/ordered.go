@@ -43,8 +43,11 @@ func orderedWindow(limit int) int { return max(4*limit, 256) }
 
 // orderedSQL are the statements of an ordered claim on a table with the head index.
 type orderedSQL struct {
-	bound string // step 1: the window's last id; no parameters
-	walk  string // step 2: parameters: the bound, the limit
+	// The window starts above its first parameter, after: the rows up to
+	// the last one the claim's first step locked, in id order, are locked by
+	// this claim or by another one (see lockHeads).
+	bound string // step 1: the window's last id; parameter: after
+	walk  string // step 2: parameters: after, the bound, the limit
 	heads string // step 3: parameter: the limit; its rows end with the number of aggregates
 }
 
@@ -66,7 +69,7 @@ func (s *Store) orderedClaimSQL(info tableInfo, p outbox.ClaimParams, sel []stri
 	selectCols := "SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload))
 	head := selectCols + " FROM " + t + " AS c"
 	blocking := "0"
-	walk := head + claimIdx + " WHERE c.status = 0 AND " + fmt.Sprintf(due, "c") + " AND c.id <= ?" +
+	walk := head + claimIdx + " WHERE c.status = 0 AND " + fmt.Sprintf(due, "c") + " AND c.id > ? AND c.id <= ?" +
 		" AND NOT " + earlierRow(t, headIdx, "0")
 	if p.BlockOnDead {
 		blocking = "0, 2"
@@ -74,7 +77,7 @@ func (s *Store) orderedClaimSQL(info tableInfo, p outbox.ClaimParams, sel []stri
 	}
 	return &orderedSQL{
 		bound: "SELECT w.id FROM " + t + " AS w" + claimIdx + " WHERE w.status = 0 AND " + fmt.Sprintf(due, "w") +
-			" ORDER BY w.id LIMIT 1 OFFSET " + strconv.Itoa(orderedWindow(p.Limit)-1),
+			" AND w.id > ? ORDER BY w.id LIMIT 1 OFFSET " + strconv.Itoa(orderedWindow(p.Limit)-1),
 		walk: walk + " ORDER BY c.id LIMIT ? FOR UPDATE SKIP LOCKED",
 		// The inner GROUP BY names the index's leading columns so that MySQL and
 		// MariaDB read it with a loose index scan ("Using index for group-by"):

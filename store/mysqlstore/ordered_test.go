@@ -92,10 +92,10 @@ func TestOrderedClaimPlans(t *testing.T) {
 	ord := s.orderedClaimSQL(info, p, sel)
 	require.NotNil(t, ord)
 	var bound int64
-	require.NoError(t, db.QueryRowContext(ctx, ord.bound).Scan(&bound))
+	require.NoError(t, db.QueryRowContext(ctx, ord.bound, 0).Scan(&bound))
 	require.EqualValues(t, 2000+orderedWindow(p.Limit)-1, bound, "the window's last row")
 
-	walk := explain(t, db, ord.walk, bound, p.Limit)
+	walk := explain(t, db, ord.walk, 0, bound, p.Limit)
 	require.Regexp(t, `(?m)^.*table=c type=range .*key=idx_status_id`, walk, "the walk reads the window only:\n%s", walk)
 	require.Equal(t, 2, strings.Count(walk, "key=idx_status_aggregate"), "two probes of the head index:\n%s", walk)
 	require.NotContains(t, walk, "filesort")
@@ -138,7 +138,7 @@ func TestOrderedClaimBeyondTheWindow(t *testing.T) {
 // deep backlog of three aggregates, with ANALYZE: each "earlier row" probe
 // must read one entry of the head index, not every pending row of its
 // aggregate (which MySQL and MariaDB do for NOT EXISTS (... AND h.id < c.id)
-// on a head), and the read of runs only each aggregate's rows up to its last
+// on a head), and the read of runs only the aggregates' rows up to the last
 // candidate, not every pending row.
 func TestOrderedProbesReadOneEntry(t *testing.T) {
 	t.Parallel()
@@ -155,7 +155,7 @@ func TestOrderedProbesReadOneEntry(t *testing.T) {
 	ord := s.orderedClaimSQL(info, p, sel)
 	require.NotNil(t, ord)
 	var bound int64
-	require.NoError(t, db.QueryRowContext(ctx, ord.bound).Scan(&bound))
+	require.NoError(t, db.QueryRowContext(ctx, ord.bound, 0).Scan(&bound))
 	heads := []any{int64(1), int64(2), int64(3)} // a#0, b#0, c#0
 
 	for _, tc := range []struct {
@@ -163,8 +163,8 @@ func TestOrderedProbesReadOneEntry(t *testing.T) {
 		query string
 		args  []any
 	}{
-		{"Walk", ord.walk, []any{bound, p.Limit}},
-		{"Runs", s.runsSQL(info, p, len(heads)), []any{"order", "a", heads[0], "order", "b", heads[1], "order", "c", heads[2]}},
+		{"Walk", ord.walk, []any{0, bound, p.Limit}},
+		{"Runs", s.runsSQL(info, p, len(heads)), []any{heads[2], "order", "a", "order", "b", "order", "c"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})

@@ -158,16 +158,12 @@ func TestRunsReadSkipsSentRows(t *testing.T) {
 		require.NoError(t, err)
 		p := outbox.ClaimParams{Limit: 10, Ordered: true, BlockOnDead: true}
 		// Three aggregates, each up to its second pending row.
-		var tuples []any
-		for _, agg := range []int{1, 2, 3} {
-			tuples = append(tuples, "order", fmt.Sprint("a", agg), 4000+agg+50)
-		}
 		var args []any
 		for range runsParts(info, p) {
-			if runsParts(info, p) > 1 {
-				args = append(args, 4053)
+			args = append(args, 4053)
+			for _, agg := range []int{1, 2, 3} {
+				args = append(args, "order", fmt.Sprint("a", agg))
 			}
-			args = append(args, tuples...)
 		}
 		conn, err := db.Conn(ctx)
 		require.NoError(t, err)
@@ -189,5 +185,31 @@ func TestRunsReadSkipsSentRows(t *testing.T) {
 			WHERE variable_name IN ('HANDLER_READ_FIRST', 'HANDLER_READ_KEY', 'HANDLER_READ_NEXT', 'HANDLER_READ_PREV', 'HANDLER_READ_RND', 'HANDLER_READ_RND_NEXT')`).Scan(&read))
 		t.Logf("read %v", read)
 		require.LessOrEqual(t, read, 150.0, "index entries and rows the read of runs read")
+	})
+}
+
+// TestRunsClaimChains checks ClaimParams.Chain on both tables: rows of an
+// aggregate that follow rows the relay holds (its batches in flight) come
+// back only when the claim names those rows in Chain, the named rows are not
+// claimed again, a leased row the claim does not name still ends the run,
+// and a run that follows rows of Chain is at most a quarter of the limit.
+func TestRunsClaimChains(t *testing.T) {
+	t.Parallel()
+	bothTables(t, func(t *testing.T, s *Store, db *sql.DB) {
+		writeAgg(t, s, db, "a", 7)
+		claim := func(limit int, chain ...*outbox.Message) ([]string, []*outbox.Message) {
+			t.Helper()
+			return runcheck.ClaimChained(t, s, limit, chain...)
+		}
+		got, first := claim(2)
+		require.Equal(t, []string{"a#0", "a#1"}, got)
+		got, _ = claim(8)
+		require.Empty(t, got, "a#0 and a#1 are leased: without them in Chain nothing follows")
+		got, _ = claim(8, first[1])
+		require.Empty(t, got, "a#0 is leased and not in Chain: it ends the run")
+		got, second := claim(8, first...)
+		require.Equal(t, []string{"a#2", "a#3"}, got, "chained after a#0 and a#1, a quarter of the limit")
+		got, _ = claim(8, append(first, second...)...)
+		require.Equal(t, []string{"a#4", "a#5"}, got, "chained after both batches")
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/runcheck"
 	"github.com/outboxkit/outbox/internal/testsvc"
 	"github.com/outboxkit/outbox/store/pgstore"
 )
@@ -37,18 +38,7 @@ func TestRunsClaimChains(t *testing.T) {
 			f.write(t, "a", 6)
 			claim := func(limit int, chain ...*outbox.Message) ([]string, []*outbox.Message) {
 				t.Helper()
-				var ids []int64
-				for _, m := range chain {
-					ids = append(ids, m.RowID)
-				}
-				c, err := f.store.Claim(t.Context(), outbox.ClaimParams{Limit: limit, Lease: time.Hour, Ordered: true,
-					BlockOnDead: true, Chain: ids})
-				require.NoError(t, err)
-				var got []string
-				for _, m := range c.Messages {
-					got = append(got, fmt.Sprintf("%s#%s", m.AggregateID, m.Payload))
-				}
-				return got, c.Messages
+				return runcheck.ClaimChained(t, f.store, limit, chain...)
 			}
 			got, first := claim(8)
 			require.Equal(t, []string{"a#0", "a#1"}, got, "a run of two: a quarter of the limit")
