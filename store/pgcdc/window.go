@@ -25,7 +25,7 @@ type entry struct {
 	// relay still holds from an earlier one (its attempt, for one).
 	msg      *outbox.Message
 	out      *outbox.Message // the copy handed out last, the key of window.byMsg
-	bad      error // why the row could not be decoded; it is handed out as malformed
+	bad      error           // why the row could not be decoded; it is handed out as malformed
 	txn      *txn
 	state    entryState
 	due      time.Time
