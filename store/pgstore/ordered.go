@@ -113,7 +113,7 @@ RETURNING %[2]s`, table, q.columnList, nextAttempt("o.retry_count"))
 		// backlog, that is one probe per aggregate instead of one per row.
 		out[i].walk = fmt.Sprintf(`WITH win AS (
 	SELECT w.id, w.aggregate_type, w.aggregate_id FROM %[1]s AS w
-	WHERE w.status = 0 AND (w.next_retry_at IS NULL OR w.next_retry_at <= now())
+	WHERE w.status = 0 AND (w.next_retry_at IS NULL OR w.next_retry_at <= now())%[4]s
 	ORDER BY w.id
 	LIMIT $3::bigint + 1
 ), firsts AS (
@@ -125,7 +125,7 @@ RETURNING %[2]s`, table, q.columnList, nextAttempt("o.retry_count"))
 	  AND o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
 	  AND NOT EXISTS (SELECT 1 FROM %[1]s AS p
 		WHERE p.aggregate_type COLLATE "C" = o.aggregate_type AND p.aggregate_id COLLATE "C" = o.aggregate_id
-		  AND p.id < o.id AND p.status IN (%[2]s))%[4]s
+		  AND p.id < o.id AND p.status IN (%[2]s))
 	ORDER BY o.id
 	LIMIT $1
 	FOR UPDATE OF o SKIP LOCKED

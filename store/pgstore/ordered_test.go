@@ -179,7 +179,17 @@ func TestOrderedClaimFewAggregatesSkipsTheWalk(t *testing.T) {
 // probes the head index three times, not once per row of the window.
 func TestOrderedWalkProbesEachAggregateOnce(t *testing.T) {
 	t.Parallel()
-	f := newOrderedFixture(t)
+	for _, async := range []bool{false, true} {
+		// WithAsyncCommit adds a filter (set_config) to the statement; where it
+		// stands must not change the plan of the probes.
+		t.Run(map[bool]string{false: "SyncCommit", true: "AsyncCommit"}[async], func(t *testing.T) {
+			t.Parallel()
+			orderedWalkProbes(t, newOrderedFixture(t, pgstore.WithAsyncCommit(async)))
+		})
+	}
+}
+
+func orderedWalkProbes(t *testing.T, f *orderedFixture) {
 	f.writeInterleaved(t, []string{"a", "b", "c"}, 200)
 	exec(t, f.pool, "ANALYZE outbox_message")
 	walk, err := pgstore.OrderedWalkSQL(t.Context(), f.store, true)
