@@ -185,6 +185,7 @@ func (w *window) handOut(es []*entry) {
 		e.attempts++
 		m := *e.msg
 		m.Attempt = e.attempts
+		delete(w.byMsg, e.out) // the copy of an earlier claim, settled (rescheduled) by now
 		e.out = &m
 		w.byMsg[e.out] = e
 	}
