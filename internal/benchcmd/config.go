@@ -127,7 +127,8 @@ type Config struct {
 	// library's default.
 	MinPollInterval time.Duration
 	// Ordering turns on per-aggregate ordering (outbox.WithOrdering with
-	// outbox.DeadBlocks) in the outbox relay. Default: off.
+	// outbox.DeadBlocks) in the outbox relay. Default: off (the --ordering
+	// flag of outbox bench is on by default, as ordering is in the relay).
 	Ordering bool
 	// Aggregates is how many aggregates the messages are spread over,
 	// round-robin, as concurrent business transactions would write them.
