@@ -79,7 +79,10 @@ type Message struct {
 	// PartitionKey overrides the key that keeps one aggregate's messages in order. Optional.
 	PartitionKey string
 	// Payload is the message body; it must be valid JSON.
-	Payload json.RawMessage
+	Payload []byte
+	// ContentType is the payload's media type (RFC 6838), carried to the broker
+	// the way its protocol expects. Empty means ContentTypeJSON.
+	ContentType string
 	// Headers are string metadata carried to the broker (trace context and the caller's own).
 	Headers map[string]string
 	// CreatedAt is when the row was written (set by the store on read).
@@ -87,6 +90,17 @@ type Message struct {
 	// Attempt is the 1-based number of the delivery attempt this claim makes,
 	// which is also the claim's fencing token (set by the store on claim).
 	Attempt int
+}
+
+// ContentTypeJSON is the content type of a message that sets none.
+const ContentTypeJSON = "application/json"
+
+// MediaType returns ContentType, or ContentTypeJSON when it is empty.
+func (m *Message) MediaType() string {
+	if m.ContentType != "" {
+		return m.ContentType
+	}
+	return ContentTypeJSON
 }
 
 // Key returns the partition key: PartitionKey when set, else AggregateID.
