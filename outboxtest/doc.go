@@ -4,6 +4,8 @@
 // and fault injection at the three points where a real relay can crash
 // ([CrashBeforePublish], [CrashAfterPublish], [CrashDuringAck]), so a test can
 // replay the duplicates and delays production will produce into its consumer.
+// [MemoryStore] is an outbox table in memory, for examples and for unit tests
+// that need no database (it cannot share a transaction with business data).
 //
 // Use it with a real store (store/sqlitestore needs no server) so the test
 // exercises the same SQL the service runs:
