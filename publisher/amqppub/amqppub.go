@@ -319,7 +319,7 @@ func publishing(m *outbox.Message) amqp.Publishing {
 	}
 	pub := amqp.Publishing{
 		Headers:      table,
-		ContentType:  "application/json",
+		ContentType:  m.MediaType(),
 		DeliveryMode: amqp.Persistent,
 		MessageId:    m.MessageID,
 		Type:         m.EventType,

@@ -79,11 +79,12 @@ func received(d amqp.Delivery, prefix string) publishertest.Received {
 		h[k] = fmt.Sprint(v)
 	}
 	return publishertest.Received{
-		MessageID: d.MessageId,
-		Key:       h[outbox.HeaderAggregateID],
-		Topic:     strings.TrimPrefix(d.RoutingKey, prefix),
-		Headers:   h,
-		Payload:   d.Body,
+		MessageID:   d.MessageId,
+		Key:         h[outbox.HeaderAggregateID],
+		Topic:       strings.TrimPrefix(d.RoutingKey, prefix),
+		Headers:     h,
+		Payload:     d.Body,
+		ContentType: d.ContentType,
 	}
 }
 
@@ -143,6 +144,7 @@ func TestSuite(t *testing.T) {
 		OrderedPerKey:   true, // one queue, batches confirmed one after another
 		Dedup:           false,
 		Headers:         true,
+		ContentType:     true,
 		MaxPayload:      limit,
 		TooLargePayload: limit + 1, // refused by WithMaxPayloadSize, before the broker
 	}, publishertest.Harness{

@@ -205,10 +205,14 @@ func (p *Publisher) record(m *outbox.Message) (*kgo.Record, error) {
 		return nil, outbox.Permanent(fmt.Errorf("kafkapub: %q is not a valid Kafka topic name (1 to %d of a-z A-Z 0-9 . _ -)",
 			topic, maxTopicLength))
 	}
-	headers := make([]kgo.RecordHeader, 0, len(m.Headers)+5)
+	headers := make([]kgo.RecordHeader, 0, len(m.Headers)+6)
 	for k, v := range m.StandardHeadersSeq() {
+		if k == HeaderContentType {
+			continue // the message's own content type wins
+		}
 		headers = append(headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
+	headers = append(headers, kgo.RecordHeader{Key: HeaderContentType, Value: []byte(m.MediaType())})
 	slices.SortFunc(headers, func(a, b kgo.RecordHeader) int { return strings.Compare(a.Key, b.Key) })
 	return &kgo.Record{
 		Topic:   topic,
@@ -217,6 +221,12 @@ func (p *Publisher) record(m *outbox.Message) (*kgo.Record, error) {
 		Headers: headers,
 	}, nil
 }
+
+// HeaderContentType is the record header that carries the payload's media
+// type ([outbox.Message.MediaType]: application/json unless the message sets
+// one). Kafka has no content-type field of its own; this is the name most
+// consumers look for.
+const HeaderContentType = "content-type"
 
 // Ping returns nil when a broker of the cluster answers a metadata request.
 func (p *Publisher) Ping(ctx context.Context) error {

@@ -123,7 +123,9 @@ func TestPublishBatchArrivesIntact(t *testing.T) {
 		require.Equal(t, topic, r.Topic)
 		require.Equal(t, m.Key(), string(r.Key))
 		require.JSONEq(t, string(m.Payload), string(r.Value))
-		require.Equal(t, m.StandardHeaders(), headers(r))
+		want := m.StandardHeaders()
+		want[kafkapub.HeaderContentType] = m.MediaType()
+		require.Equal(t, want, headers(r))
 		if prev, ok := partitionOf[m.Key()]; ok {
 			require.Equal(t, prev, r.Partition, "key %s split over partitions", m.Key())
 		}

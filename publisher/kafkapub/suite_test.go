@@ -31,6 +31,7 @@ func TestSuite(t *testing.T) {
 		OrderedPerKey: true,
 		Dedup:         false, // idempotence holds within one producer session only
 		Headers:       true,
+		ContentType:   true,
 		// franz-go refuses a record whose batch would pass 1,000,012 bytes
 		// (ProducerBatchMaxBytes, Kafka's default max.message.bytes).
 		MaxPayload:      990_000,
@@ -106,11 +107,12 @@ func (r *receiver) Receive(ctx context.Context, n int) ([]publishertest.Received
 	for i, rec := range r.buf[:k] {
 		h := headers(rec)
 		out[i] = publishertest.Received{
-			MessageID: h[outbox.HeaderMessageID],
-			Key:       string(rec.Key),
-			Topic:     strings.TrimPrefix(rec.Topic, suitePrefix),
-			Headers:   h,
-			Payload:   rec.Value,
+			MessageID:   h[outbox.HeaderMessageID],
+			Key:         string(rec.Key),
+			Topic:       strings.TrimPrefix(rec.Topic, suitePrefix),
+			Headers:     h,
+			Payload:     rec.Value,
+			ContentType: h[kafkapub.HeaderContentType],
 		}
 	}
 	r.buf = r.buf[k:]

@@ -202,8 +202,13 @@ type batch struct {
 // batch-mates with it.
 type msgBuf struct {
 	msg  nats.Msg
-	vals [8]string
+	vals [9]string
 }
+
+// HeaderContentType is the NATS header that carries the payload's media type
+// ([outbox.Message.MediaType]: application/json unless the message sets one).
+// It replaces a caller's header of the same name.
+const HeaderContentType = "Content-Type"
 
 // natsMsg builds the NATS message for m, or a permanent error. Its headers
 // are m's [outbox.Message.StandardHeaders] and, when m has a MessageID,
@@ -223,7 +228,7 @@ func (b *batch) natsMsg(m *outbox.Message) (*nats.Msg, error) {
 		}
 	}
 	buf := new(msgBuf)
-	n := len(m.Headers) + 6 // at most this many: the caller's, 5 standard, Nats-Msg-Id
+	n := len(m.Headers) + 7 // at most this many: the caller's, 5 standard, Nats-Msg-Id, Content-Type
 	vals := buf.vals[:]
 	if n > len(vals) {
 		vals = make([]string, n)
@@ -237,8 +242,10 @@ func (b *batch) natsMsg(m *outbox.Message) (*nats.Msg, error) {
 	}
 	if m.MessageID != "" {
 		vals[0] = m.MessageID
-		hdr[jetstream.MsgIDHeader] = vals[:1:1]
+		hdr[jetstream.MsgIDHeader], vals = vals[:1:1], vals[1:]
 	}
+	vals[0] = m.MediaType()
+	hdr[HeaderContentType] = vals[:1:1]
 	buf.msg = nats.Msg{Subject: subject, Data: m.Payload, Header: hdr}
 	return &buf.msg, nil
 }

@@ -112,6 +112,7 @@ func TestHeadersAndSubjects(t *testing.T) {
 		if m.MessageID != "" {
 			want[jetstream.MsgIDHeader] = m.MessageID
 		}
+		want[natspub.HeaderContentType] = m.MediaType()
 		require.Equal(t, want, got[i].Headers, "message %d", i)
 		require.Equal(t, m.Destination(), got[i].Topic, "message %d", i)
 	}

@@ -43,6 +43,10 @@
 //   - MessageArrivesIntact: message id, key, topic and payload (byte for
 //     byte), and with [Features.Headers] every standard header, traceparent,
 //     tracestate and the caller's own headers.
+//   - BinaryPayloadAndContentType ([Features.ContentType]): payloads that
+//     are not UTF-8 (a protobuf-like one, every byte value 0..255) and not
+//     JSON arrive byte for byte with their content type; MessageArrivesIntact
+//     then also checks that a JSON message arrives as application/json.
 //   - OrderPerKey ([Features.OrderedPerKey]): batches of interleaved keys
 //     arrive in publish order per key.
 //   - ResendIsConfirmed: re-sending the same message ids is confirmed, not

@@ -58,6 +58,13 @@ type Features struct {
 	// for that message alone, its batch-mates delivered. 0 means the broker
 	// has no limit to test and skips the case.
 	TooLargePayload int
+	// ContentType: the publisher carries [outbox.Message.MediaType] the way
+	// the broker expects it and the Receiver reports it in
+	// [Received.ContentType], and the publisher accepts any bytes as a
+	// payload. The suite then sends a payload that is not UTF-8 and one of
+	// every byte value (0..255) and checks both arrive, byte for byte, with
+	// their content type.
+	ContentType bool
 }
 
 // Received is a message as a consumer of the broker saw it.
@@ -76,6 +83,9 @@ type Received struct {
 	Headers map[string]string
 	// Payload is the body, byte for byte.
 	Payload []byte
+	// ContentType is the payload's media type as carried (a header, a
+	// property, a field); checked with [Features.ContentType].
+	ContentType string
 }
 
 // Receiver reads what reached a destination, from the broker itself (a real
@@ -152,6 +162,7 @@ func Run(t *testing.T, f Features, h Harness) {
 	}{
 		{"OneResultPerMessage", s.oneResultPerMessage},
 		{"MessageArrivesIntact", s.messageArrivesIntact},
+		{"BinaryPayloadAndContentType", s.binaryPayload},
 		{"OrderPerKey", s.orderPerKey},
 		{"ResendIsConfirmed", s.resendIsConfirmed},
 		{"LargePayload", s.largePayload},
@@ -239,6 +250,9 @@ func (s *suite) messageArrivesIntact(t *testing.T) {
 		require.Equal(t, m.Key(), r.Key, "key of %s", m.MessageID)
 		require.Equal(t, m.Destination(), r.Topic, "topic of %s", m.MessageID)
 		require.Equal(t, string(m.Payload), string(r.Payload), "payload of %s", m.MessageID)
+		if s.f.ContentType {
+			require.Equal(t, m.MediaType(), r.ContentType, "content type of %s", m.MessageID)
+		}
 		if !s.f.Headers {
 			continue
 		}
@@ -246,6 +260,49 @@ func (s *suite) messageArrivesIntact(t *testing.T) {
 			require.Contains(t, r.Headers, k, "header %q of %s", k, m.MessageID)
 			require.Equal(t, v, r.Headers[k], "header %q of %s", k, m.MessageID)
 		}
+	}
+}
+
+func (s *suite) binaryPayload(t *testing.T) {
+	if !s.f.ContentType {
+		t.Skip("the publisher does not carry content types and bytes (Features.ContentType)")
+	}
+	d := s.newDest(t)
+	ctx := t.Context()
+
+	every := make([]byte, 256)
+	for i := range every {
+		every[i] = byte(i)
+	}
+	msgs := []*outbox.Message{
+		{ // a protobuf-like message: field 1 varint 150, field 2 bytes, invalid UTF-8
+			MessageID: outbox.NewMessageID(), AggregateType: "order", AggregateID: "ord-bin",
+			EventType: "ORDER_PAID", Topic: d.Topic, ContentType: "application/x-protobuf",
+			Payload: []byte{0x08, 0x96, 0x01, 0x12, 0x04, 0xff, 0xfe, 0x00, 0xc3},
+		},
+		{
+			MessageID: outbox.NewMessageID(), AggregateType: "order", AggregateID: "ord-bin",
+			EventType: "ORDER_PAID", Topic: d.Topic, ContentType: "application/octet-stream",
+			Payload: every,
+		},
+		{
+			MessageID: outbox.NewMessageID(), AggregateType: "order", AggregateID: "ord-bin",
+			EventType: "ORDER_PAID", Topic: d.Topic, ContentType: "text/plain; charset=utf-8",
+			Payload: []byte("plain text, not JSON"),
+		},
+	}
+	requireAllNil(t, msgs, d.Publisher.Publish(ctx, msgs))
+
+	got := receive(t, d.Receiver, len(msgs))
+	byID := make(map[string]Received, len(got))
+	for _, r := range got {
+		byID[r.MessageID] = r
+	}
+	for _, m := range msgs {
+		r, ok := byID[m.MessageID]
+		require.True(t, ok, "message %s did not arrive (got %v)", m.MessageID, receivedIDs(got))
+		require.Equal(t, m.Payload, r.Payload, "payload of %s", m.MessageID)
+		require.Equal(t, m.ContentType, r.ContentType, "content type of %s", m.MessageID)
 	}
 }
 

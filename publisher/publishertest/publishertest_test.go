@@ -123,6 +123,7 @@ func received(m *outbox.Message) publishertest.Received {
 	return publishertest.Received{
 		MessageID: m.MessageID, Key: m.Key(), Topic: m.Destination(),
 		Headers: m.StandardHeaders(), Payload: slices.Clone(m.Payload),
+		ContentType: m.MediaType(),
 	}
 }
 
@@ -165,6 +166,7 @@ func memHarness(fault string) publishertest.Harness {
 
 var memFeatures = publishertest.Features{
 	OrderedPerKey: true, Dedup: true, Headers: true, MaxPayload: memLimit, TooLargePayload: memLimit + 1,
+	ContentType: true,
 }
 
 // TestMemBroker runs the whole suite against a correct broker: every case

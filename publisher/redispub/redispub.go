@@ -26,7 +26,8 @@ const (
 	FieldAggregateID   = "aggregate_id"   // the aggregate id
 	FieldEventType     = "event_type"     // the event type
 	FieldHeaders       = "headers"        // a JSON object of string values: outbox.Message.StandardHeaders
-	FieldPayload       = "payload"        // the JSON payload, byte for byte
+	FieldPayload       = "payload"        // the payload, byte for byte (any bytes)
+	FieldContentType   = "content_type"   // the payload's media type: outbox.Message.MediaType
 	FieldCreatedAt     = "created_at"     // RFC 3339 with nanoseconds, when the message has a CreatedAt
 )
 
@@ -348,6 +349,7 @@ func fields(m *outbox.Message) []any {
 		FieldEventType, m.EventType,
 		FieldHeaders, headers,
 		FieldPayload, []byte(m.Payload),
+		FieldContentType, m.MediaType(),
 	}
 	if !m.CreatedAt.IsZero() {
 		values = append(values, FieldCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))

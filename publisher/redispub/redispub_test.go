@@ -111,11 +111,12 @@ func decode(msg redis.XMessage, topic string) publishertest.Received {
 	var h map[string]string
 	_ = json.Unmarshal([]byte(str(redispub.FieldHeaders)), &h)
 	return publishertest.Received{
-		MessageID: str(redispub.FieldMessageID),
-		Key:       str(redispub.FieldKey),
-		Topic:     topic,
-		Headers:   h,
-		Payload:   []byte(str(redispub.FieldPayload)),
+		MessageID:   str(redispub.FieldMessageID),
+		Key:         str(redispub.FieldKey),
+		Topic:       topic,
+		Headers:     h,
+		Payload:     []byte(str(redispub.FieldPayload)),
+		ContentType: str(redispub.FieldContentType),
 	}
 }
 
@@ -139,6 +140,7 @@ func TestSuite(t *testing.T) {
 				OrderedPerKey:   true, // one stream, one pipeline after another
 				Dedup:           tc.dedup,
 				Headers:         true,
+				ContentType:     true,
 				MaxPayload:      limit,
 				TooLargePayload: limit + 1, // refused by WithMaxPayloadSize
 			}, publishertest.Harness{
@@ -227,11 +229,12 @@ func TestEntryFields(t *testing.T) {
 	require.Equal(t, "ord-1", v[redispub.FieldAggregateID])
 	require.Equal(t, "ORDER_PAID", v[redispub.FieldEventType])
 	require.Equal(t, string(m.Payload), v[redispub.FieldPayload])
+	require.Equal(t, outbox.ContentTypeJSON, v[redispub.FieldContentType])
 	require.Equal(t, "2025-03-04T04:06:07.891011Z", v[redispub.FieldCreatedAt])
 	var h map[string]string
 	require.NoError(t, json.Unmarshal([]byte(v[redispub.FieldHeaders].(string)), &h))
 	require.Equal(t, m.StandardHeaders(), h)
-	require.Len(t, v, 8, "fields: %v", v)
+	require.Len(t, v, 9, "fields: %v", v)
 }
 
 func TestMaxLenTrims(t *testing.T) {

@@ -87,11 +87,12 @@ func (r *Receiver) Receive(ctx context.Context, n int) ([]publishertest.Received
 			h[k] = v[0]
 		}
 		out = append(out, publishertest.Received{
-			MessageID: m.Headers().Get(jetstream.MsgIDHeader),
-			Key:       h[outbox.HeaderAggregateID],
-			Topic:     strings.TrimPrefix(m.Subject(), r.prefix),
-			Headers:   h,
-			Payload:   m.Data(),
+			MessageID:   m.Headers().Get(jetstream.MsgIDHeader),
+			Key:         h[outbox.HeaderAggregateID],
+			Topic:       strings.TrimPrefix(m.Subject(), r.prefix),
+			Headers:     h,
+			Payload:     m.Data(),
+			ContentType: m.Headers().Get("Content-Type"),
 		})
 	}
 	return out, nil
@@ -140,6 +141,7 @@ func Features(t *testing.T, rawURL string) publishertest.Features {
 		OrderedPerKey:   true,
 		Dedup:           true,
 		Headers:         true,
+		ContentType:     true,
 		MaxPayload:      limit - 2048,
 		TooLargePayload: limit + 1,
 	}
