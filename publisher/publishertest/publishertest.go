@@ -239,14 +239,9 @@ func (s *suite) messageArrivesIntact(t *testing.T) {
 	}
 	requireAllNil(t, msgs, d.Publisher.Publish(ctx, msgs))
 
-	got := receive(t, d.Receiver, len(msgs))
-	byID := make(map[string]Received, len(got))
-	for _, r := range got {
-		byID[r.MessageID] = r
-	}
+	got := receivedByID(t, msgs, receive(t, d.Receiver, len(msgs)))
 	for _, m := range msgs {
-		r, ok := byID[m.MessageID]
-		require.True(t, ok, "message %s did not arrive (got %v)", m.MessageID, receivedIDs(got))
+		r := got[m.MessageID]
 		require.Equal(t, m.Key(), r.Key, "key of %s", m.MessageID)
 		require.Equal(t, m.Destination(), r.Topic, "topic of %s", m.MessageID)
 		require.Equal(t, string(m.Payload), string(r.Payload), "payload of %s", m.MessageID)
@@ -293,17 +288,27 @@ func (s *suite) binaryPayload(t *testing.T) {
 	}
 	requireAllNil(t, msgs, d.Publisher.Publish(ctx, msgs))
 
-	got := receive(t, d.Receiver, len(msgs))
+	got := receivedByID(t, msgs, receive(t, d.Receiver, len(msgs)))
+	for _, m := range msgs {
+		r := got[m.MessageID]
+		require.Equal(t, m.Payload, r.Payload, "payload of %s", m.MessageID)
+		require.Equal(t, m.ContentType, r.ContentType, "content type of %s", m.MessageID)
+	}
+}
+
+// receivedByID indexes got by message id and requires that every one of
+// msgs is among them.
+func receivedByID(t *testing.T, msgs []*outbox.Message, got []Received) map[string]Received {
+	t.Helper()
 	byID := make(map[string]Received, len(got))
 	for _, r := range got {
 		byID[r.MessageID] = r
 	}
 	for _, m := range msgs {
-		r, ok := byID[m.MessageID]
+		_, ok := byID[m.MessageID]
 		require.True(t, ok, "message %s did not arrive (got %v)", m.MessageID, receivedIDs(got))
-		require.Equal(t, m.Payload, r.Payload, "payload of %s", m.MessageID)
-		require.Equal(t, m.ContentType, r.ContentType, "content type of %s", m.MessageID)
 	}
+	return byID
 }
 
 func (s *suite) orderPerKey(t *testing.T) {
