@@ -202,6 +202,7 @@ func (c *Consumer) delivery(d amqp.Delivery, dl *deadLetterer) *delivery {
 		}
 	}
 	msg := consume.MessageFromHeaders(h, d.Body)
+	msg.ContentType = d.ContentType
 	if d.MessageId != "" {
 		msg.MessageID = d.MessageId
 	}

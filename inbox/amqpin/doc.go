@@ -22,6 +22,7 @@
 // the outbox headers, all headers in Headers (non-string values formatted
 // as text), the routing key in Topic, the body in Payload and the timestamp
 // property in CreatedAt.
+// The content-type property goes to ContentType.
 //
 // # Failures
 //

@@ -15,6 +15,7 @@
 // outbox-aggregate-id, outbox-event-type), with all headers in Headers, the
 // topic in Topic, the record key in PartitionKey, the value in Payload and the
 // record timestamp in CreatedAt.
+// The content-type header (kafkapub sets it) goes to ContentType.
 //
 // # Offsets
 //

@@ -241,6 +241,7 @@ func (c *Consumer) delivery(cl *kgo.Client, b *batch, i int, r *kgo.Record) *del
 		h[kv.Key] = string(kv.Value)
 	}
 	msg := consume.MessageFromHeaders(h, r.Value)
+	msg.ContentType = h["content-type"] // kafkapub.HeaderContentType
 	msg.Topic = r.Topic
 	msg.PartitionKey = string(r.Key)
 	msg.CreatedAt = r.Timestamp

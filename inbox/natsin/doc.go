@@ -18,6 +18,7 @@
 // publisher/natspub sets: MessageID (outbox-message-id, else Nats-Msg-Id),
 // AggregateType, AggregateID, EventType, all headers in Headers, the subject
 // in Topic, the data in Payload and the stream timestamp in CreatedAt.
+// The Content-Type header (natspub sets it) goes to ContentType.
 //
 // # Failures
 //

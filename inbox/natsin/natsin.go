@@ -169,6 +169,7 @@ func (c *Consumer) delivery(m jetstream.Msg) *delivery {
 		}
 	}
 	msg := consume.MessageFromHeaders(h, m.Data())
+	msg.ContentType = h["Content-Type"] // natspub.HeaderContentType
 	if msg.MessageID == "" {
 		msg.MessageID = h[jetstream.MsgIDHeader]
 	}

@@ -13,6 +13,7 @@
 // outbox fields, the headers field (a JSON object) in Headers, the key
 // field in PartitionKey, the stream in Topic, the payload in Payload and
 // created_at in CreatedAt.
+// The content_type field (redispub sets it) goes to ContentType.
 //
 // # Pending entries
 //

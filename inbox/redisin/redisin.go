@@ -296,6 +296,7 @@ func (c *Consumer) delivery(m redis.XMessage) *delivery {
 	h := map[string]string{}
 	_ = json.Unmarshal([]byte(field(redispub.FieldHeaders)), &h) // a broken headers field leaves h empty
 	msg := consume.MessageFromHeaders(h, []byte(field(redispub.FieldPayload)))
+	msg.ContentType = field(redispub.FieldContentType)
 	for _, f := range []struct {
 		dst *string
 		key string

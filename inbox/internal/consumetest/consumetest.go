@@ -216,7 +216,8 @@ func exactlyOnce(t *testing.T, b Broker) {
 	check := func(ctx context.Context, tx *sql.Tx, m *outbox.Message) error {
 		want := msgs[mustAtoi(m.Headers["seq"])]
 		if m.MessageID != want.MessageID || m.AggregateType != "order" || m.AggregateID != want.AggregateID ||
-			m.EventType != "ORDER_PAID" || string(m.Payload) != string(want.Payload) {
+			m.EventType != "ORDER_PAID" || string(m.Payload) != string(want.Payload) ||
+			m.ContentType != want.MediaType() { // the publisher carried it, the consumer handed it back
 			mismatch.Store(fmt.Sprintf("got %+v, want %+v", m, want))
 		}
 		return effect(ctx, tx, m)
