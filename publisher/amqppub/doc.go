@@ -26,7 +26,8 @@
 // routing key = prefix + [outbox.Message.Destination] (its Topic, else its
 // EventType), and:
 //
-//   - delivery mode persistent, content type application/json;
+//   - delivery mode persistent, content type [outbox.Message.MediaType]
+//     (application/json unless the message sets ContentType);
 //   - MessageId = the message id (consumers deduplicate on it), Type = the
 //     event type, Timestamp = CreatedAt when set;
 //   - headers table = [outbox.Message.StandardHeaders] (outbox-message-id,

@@ -15,7 +15,8 @@
 //   - value: the JSON payload, as is;
 //   - headers: [outbox.Message.StandardHeaders] (outbox-message-id,
 //     outbox-aggregate-type, outbox-aggregate-id, outbox-event-type, the W3C
-//     traceparent and tracestate, and the caller's own headers), sorted by name.
+//     traceparent and tracestate, and the caller's own headers) and
+//     content-type ([HeaderContentType], the payload's media type), sorted by name.
 //
 // # Delivery
 //

@@ -19,7 +19,8 @@
 //	headers         a JSON object of strings: outbox.Message.StandardHeaders
 //	                (the fields above as outbox-* headers, traceparent,
 //	                tracestate and the caller's own headers)
-//	payload         the JSON payload, byte for byte
+//	payload         the payload, byte for byte (any bytes)
+//	content_type    the payload's media type (application/json unless set)
 //	created_at      when the row was written, RFC 3339 in UTC (if known)
 //
 // The headers travel as one JSON field rather than one field per header, so
