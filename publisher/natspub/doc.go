@@ -15,7 +15,8 @@
 // header, so the stream drops a re-send within its duplicate window; the
 // standard outbox headers (message id, aggregate type and id, event type,
 // traceparent, tracestate) and the caller's own headers travel as NATS
-// headers, with Content-Type ([HeaderContentType]) for the payload's media type. NATS trims leading and trailing whitespace from header values and
+// headers, with Content-Type ([HeaderContentType]) for the payload's media
+// type. NATS trims leading and trailing whitespace from header values and
 // turns line breaks into spaces.
 //
 // # Batches and acknowledgements
