@@ -168,9 +168,13 @@ func WithStatusInterval(d time.Duration) Option { return func(c *config) { c.sta
 // polled through the fallback before streaming resumes. Default: true.
 func WithCreateSlot(on bool) Option { return func(c *config) { c.createSlot = on } }
 
-// WithTableAttempts makes each claim of a kept row count its attempt in the
+// WithTableAttempts makes claims of a kept row count its attempts in the
 // table (retry_count + 1, in the statement that looks the row up), as a
-// polling relay's claim does: attempts survive a restart, so a message that
+// polling relay's claim does, except the first claim of a message no
+// earlier reader of the slot handed out, which raises a per-slot mark in
+// the side table outbox_cdc_handed instead (one row write per claimed
+// batch); the next reader counts every message at or below the mark as
+// handed out once. So attempts survive a restart, and a message that
 // crashes the relay every time it is published goes dead after the relay's
 // max attempts instead of being read again forever. Off, attempts are
 // counted in memory and start again at 1 after a restart; a claim then
