@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
 // Defaults of the options.
@@ -95,6 +96,10 @@ type Source struct {
 	catchUp   int64     // after a new slot: poll until no pending row has id <= catchUp
 	nextCheck time.Time // when to look again whether the catch-up is over
 	mode      Mode      // the mode of the last claim
+	// marks: this connection may hand out fresh entries (see handedMark);
+	// handedAtStart is the slot's mark when it started.
+	marks         bool
+	handedAtStart pos
 
 	switches   atomic.Int64
 	duplicates atomic.Int64
@@ -163,9 +168,13 @@ func WithStatusInterval(d time.Duration) Option { return func(c *config) { c.sta
 // polled through the fallback before streaming resumes. Default: true.
 func WithCreateSlot(on bool) Option { return func(c *config) { c.createSlot = on } }
 
-// WithTableAttempts makes each claim of a kept row count its attempt in the
+// WithTableAttempts makes claims of a kept row count its attempts in the
 // table (retry_count + 1, in the statement that looks the row up), as a
-// polling relay's claim does: attempts survive a restart, so a message that
+// polling relay's claim does, except the first claim of a message no
+// earlier reader of the slot handed out, which raises a per-slot mark in
+// the side table outbox_cdc_handed instead (one row write per claimed
+// batch); the next reader counts every message at or below the mark as
+// handed out once. So attempts survive a restart, and a message that
 // crashes the relay every time it is published goes dead after the relay's
 // max attempts instead of being read again forever. Off, attempts are
 // counted in memory and start again at 1 after a restart; a claim then
@@ -356,23 +365,39 @@ func (s *Source) claimStream(ctx context.Context, p outbox.ClaimParams, now time
 	}
 	// Which of them does the table keep, and are they still pending? A row
 	// seen once is looked up again only when it is kept: each claim of it
-	// counts its attempt in the table.
-	var ids, xids []int64
+	// counts its attempt in the table, except a fresh claim (see fresh).
+	cl := claim{slot: s.cfg.slot}
 	seen := map[uint32]bool{}
+	fresh := map[*entry]bool{}
+	s.mu.Lock()
 	for _, e := range es {
 		if !s.lookUp(e) {
 			continue
 		}
-		ids = append(ids, e.msg.RowID)
+		floor := int32(-1)
+		switch {
+		case s.fresh(e):
+			fresh[e] = true
+			if p := e.pos(); cl.mark == nil || p.after(*cl.mark) {
+				cl.mark = &p
+			}
+		case s.cfg.tableAttempts:
+			floor = int32(e.attempts - 1)
+			if e.prior && !e.checked && floor < 1 {
+				floor = 1 // an earlier reader may have handed it out fresh
+			}
+		}
+		cl.ids, cl.floors = append(cl.ids, e.msg.RowID), append(cl.floors, floor)
 		if !e.checked && !seen[e.txn.xid] {
 			seen[e.txn.xid] = true
-			xids = append(xids, int64(e.txn.xid))
+			cl.xids = append(cl.xids, int64(e.txn.xid))
 		}
 	}
+	s.mu.Unlock()
 	var st map[int64]rowState
-	if len(ids) > 0 {
+	if len(cl.ids) > 0 {
 		var err error
-		if st, err = s.claimRows(ctx, ids, xids); err != nil {
+		if st, err = s.claimRows(ctx, cl); err != nil {
 			s.mu.Lock()
 			for _, e := range es {
 				s.unclaim(e)
@@ -394,9 +419,18 @@ func (s *Source) claimStream(ctx context.Context, p outbox.ClaimParams, now time
 				e.checked = true
 				s.win.settle(e)
 				continue
+			case found && fresh[e]:
+				// Counted in memory only: the slot's mark, raised in the
+				// same statement, tells a later reader that it may have
+				// been handed out. The row's count is that of a polling
+				// relay, if one claimed it during a failover.
+				e.counted = row.count
+				e.attempts = min(row.count, rowcheck.MaxAttempt-1) + 1
+				e.out.Attempt = e.attempts
 			case found && s.cfg.tableAttempts:
-				e.attempts = row.attempt // the table's count, which survives a restart
-				e.out.Attempt = row.attempt
+				e.counted = row.count
+				e.attempts = row.count // the table's count, which survives a restart
+				e.out.Attempt = row.count
 			}
 			e.checked, e.kept = true, found
 		}
@@ -416,11 +450,23 @@ func (s *Source) lookUp(e *entry) bool {
 	return e.bad == nil && (!e.checked || (e.kept && s.cfg.tableAttempts))
 }
 
-// claimRows runs table.claimRows until the transactions xids are visible
+// fresh reports whether a claim of e may count its attempt in memory only,
+// with attempts in the table: its first claim, by the connection that
+// streams the slot now, and no reader of the slot before this connection
+// handed it out. The claim raises the slot's mark past e (handedMark), so
+// that a reader after a crash counts it as handed out once already (its
+// floor, in claimRows), and a claim after a retry counts it in the table.
+// It spares the drain of kept rows a write per row: only retried messages,
+// and those read again after a restart, are counted in the table.
+func (s *Source) fresh(e *entry) bool {
+	return s.cfg.tableAttempts && s.marks && s.streaming && !e.stale && !e.prior && !e.checked && e.attempts == 1
+}
+
+// claimRows runs table.claimRows until the transactions of c are visible
 // to its snapshot, which takes a moment at most.
-func (s *Source) claimRows(ctx context.Context, ids, xids []int64) (map[int64]rowState, error) {
+func (s *Source) claimRows(ctx context.Context, c claim) (map[int64]rowState, error) {
 	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		ok, st, err := s.table.claimRows(ctx, ids, xids, s.cfg.tableAttempts)
+		ok, st, err := s.table.claimRows(ctx, c)
 		if err != nil || ok {
 			return st, err
 		}
@@ -544,7 +590,7 @@ func (s *Source) Reschedule(ctx context.Context, p outbox.RescheduleParams) erro
 		case !ok:
 			theirs = append(theirs, r)
 		case e.state == entryInFlight && e.kept && s.cfg.tableAttempts:
-			kept = append(kept, rowRetry{id: e.msg.RowID, attempt: e.out.Attempt, at: r.At, err: r.Err})
+			kept = append(kept, rowRetry{id: e.msg.RowID, attempt: e.out.Attempt, counted: e.counted, at: r.At, err: r.Err})
 		}
 	}
 	s.mu.Unlock()

@@ -3,10 +3,13 @@ package pgcdc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -59,8 +62,61 @@ WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, t.ident)
 
 // rowState is what a claim's look-up found of a row the table holds.
 type rowState struct {
-	status  int16 // -1 for NULL
-	attempt int   // the attempt just counted (retry_count after the claim); 0 unless pending and counted
+	status int16 // -1 for NULL
+	// count is the row's retry_count: after the claim's count for a counted
+	// row, as read for a fresh one; 0 unless pending.
+	count int
+}
+
+// handedTable is the side table, in the outbox table's schema, in which
+// the source records per slot the position of the last message it handed
+// out without counting its attempt in the outbox table (see handedMark).
+const handedTable = "outbox_cdc_handed"
+
+// handedIdent is the quoted name of the side table.
+func (t *table) handedIdent() string {
+	if t.schema == "" {
+		return pgx.Identifier{handedTable}.Sanitize()
+	}
+	return pgx.Identifier{t.schema, handedTable}.Sanitize()
+}
+
+// ensureHanded creates the side table when it is missing and reports
+// whether it can be used; without it every claim counts its attempts in
+// the outbox table, as before the side table existed.
+func (t *table) ensureHanded(ctx context.Context, log *slog.Logger) bool {
+	_, err := t.pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+t.handedIdent()+` (
+	slot       text PRIMARY KEY,
+	lsn        bigint NOT NULL,
+	seq        integer NOT NULL,
+	updated_at timestamptz NOT NULL DEFAULT now()
+)`)
+	if err == nil {
+		return true
+	}
+	var ok bool // made meanwhile by another process?
+	if qerr := t.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t.handedIdent()).Scan(&ok); qerr == nil && ok {
+		return true
+	}
+	log.LogAttrs(ctx, slog.LevelWarn, "cannot create the handed-out mark table, counting every attempt in the table",
+		slog.String("table", t.handedIdent()), slog.String("error", err.Error()))
+	return false
+}
+
+// handedMark returns the slot's mark: every message at or before it may
+// have been handed out by a reader of the slot without its attempt being
+// counted in the outbox table; none after it was. Zero when none is recorded.
+func (t *table) handedMark(ctx context.Context, slot string) (pos, error) {
+	var lsn int64
+	var seq int32
+	err := t.pool.QueryRow(ctx, `SELECT lsn, seq FROM `+t.handedIdent()+` WHERE slot = $1`, slot).Scan(&lsn, &seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return pos{}, nil
+	}
+	if err != nil {
+		return pos{}, fmt.Errorf("pgcdc: read the handed-out mark: %w", err)
+	}
+	return pos{lsn: pglogrepl.LSN(lsn), seq: int(seq)}, nil
 }
 
 // visibleSQL is true when every one of the transactions $2 (32-bit ids, as
@@ -77,52 +133,83 @@ const visibleSQL = `SELECT COALESCE(bool_and(pg_visible_in_snapshot(
 		snap.s)), true) AS ok
 	FROM (SELECT pg_current_snapshot() AS s) AS snap, unnest($2::bigint[]) AS x`
 
-// claimRows looks up the rows with ids $1, once the transactions xids
-// (see visibleSQL) are visible to its snapshot, in one statement: one round
-// trip on each message's way to the broker. With count, each pending row
-// gets the claim's attempt counted in the table (retry_count + 1, clamped
-// as pgstore clamps it), so that attempts survive a restart as the polling
-// relay's do. visible false means the transactions were not visible yet:
-// the statement changed and read nothing, and is to be run again. Otherwise
-// it returns the state of each row the table holds; a row it does not hold
-// (deleted by its writer) is not in the map. Every part of the statement
-// reads the same snapshot, pg_current_snapshot's.
-func (t *table) claimRows(ctx context.Context, ids, xids []int64, count bool) (visible bool, st map[int64]rowState, err error) {
-	pending := `SELECT id, 0 AS attempt FROM ` + t.ident + ` WHERE id = ANY($1) AND status = 0 AND (SELECT ok FROM v)`
-	if count {
-		next := fmt.Sprintf("LEAST(GREATEST(COALESCE(retry_count, 0), 0), %d)::integer + 1", rowcheck.MaxAttempt-1)
-		pending = `UPDATE ` + t.ident + ` SET retry_count = ` + next + `
-	WHERE id = ANY($1) AND status = 0 AND (SELECT ok FROM v) RETURNING id, retry_count AS attempt`
+// claim is what one claim asks of the table: the rows to look up, and for
+// each whether to count its attempt.
+type claim struct {
+	ids  []int64
+	xids []int64 // the transactions that must be visible first (see visibleSQL)
+	// floors: per row, -1 to count nothing (a fresh claim: the row is only
+	// read), else the attempts handed out before this claim, so that the
+	// count becomes at least floor + 1 (it catches up an earlier fresh
+	// claim, which the table did not count).
+	floors []int32
+	slot   string
+	mark   *pos // with fresh claims: raise the slot's mark to it
+}
+
+// claimRows looks up the rows of c, once the transactions c.xids (see
+// visibleSQL) are visible to its snapshot, in one statement: one round trip
+// on each message's way to the broker. Each pending row with a floor gets
+// the claim's attempt counted in the table (retry_count + 1, at least
+// floor + 1, clamped as pgstore clamps it), so that attempts survive a
+// restart as the polling relay's do; a fresh row is only read, and the
+// slot's mark is raised to c.mark in the same statement, before the
+// messages are handed out. visible false means the transactions were not
+// visible yet: the statement changed and read nothing, and is to be run
+// again. Otherwise it returns the state of each row the table holds; a row
+// it does not hold (deleted by its writer) is not in the map. Every part of
+// the statement reads the same snapshot, pg_current_snapshot's.
+func (t *table) claimRows(ctx context.Context, c claim) (visible bool, st map[int64]rowState, err error) {
+	top := rowcheck.MaxAttempt - 1
+	args := []any{c.ids, c.xids, c.floors}
+	mark := ""
+	if c.mark != nil {
+		mark = `,
+m AS (
+	INSERT INTO ` + t.handedIdent() + ` AS h (slot, lsn, seq) SELECT $4, $5, $6 WHERE (SELECT ok FROM v)
+	ON CONFLICT (slot) DO UPDATE SET lsn = EXCLUDED.lsn, seq = EXCLUDED.seq, updated_at = now()
+	WHERE (h.lsn, h.seq) < (EXCLUDED.lsn, EXCLUDED.seq)
+)`
+		args = append(args, c.slot, int64(c.mark.lsn), int32(c.mark.seq))
 	}
-	q := `WITH v AS (` + visibleSQL + `),
+	q := fmt.Sprintf(`WITH v AS (`+visibleSQL+`),
+r AS (SELECT * FROM unnest($1::bigint[], $3::integer[]) AS r(id, floor)),
 c AS (
-	` + pending + `
-)
+	UPDATE `+t.ident+` AS o SET retry_count = GREATEST(LEAST(GREATEST(COALESCE(o.retry_count, 0), 0), %[1]d),
+	                                      LEAST(GREATEST(r.floor, 0), %[1]d))::integer + 1
+	FROM r WHERE o.id = r.id AND r.floor >= 0 AND o.status = 0 AND (SELECT ok FROM v)
+	RETURNING o.id, o.retry_count
+)`+mark+`
 SELECT v.ok, NULL::bigint, NULL::smallint, NULL::integer FROM v
 UNION ALL
-SELECT true, id, 0::smallint, attempt FROM c
+SELECT true, id, 0::smallint, retry_count FROM c
 UNION ALL
-SELECT true, id, COALESCE(status, -1)::smallint, 0 FROM ` + t.ident + `
-	WHERE id = ANY($1) AND status IS DISTINCT FROM 0 AND (SELECT ok FROM v)`
-	rows, err := t.pool.Query(ctx, q, ids, xids)
+SELECT true, o.id, COALESCE(o.status, -1)::smallint, COALESCE(o.retry_count, 0)::integer
+	FROM `+t.ident+` AS o JOIN r ON o.id = r.id
+	WHERE (r.floor < 0 OR o.status IS DISTINCT FROM 0) AND (SELECT ok FROM v)`, top)
+	rows, err := t.pool.Query(ctx, q, args...)
 	if err != nil {
 		return false, nil, fmt.Errorf("pgcdc: claim rows: %w", err)
 	}
 	defer rows.Close()
-	st = make(map[int64]rowState, len(ids))
+	st = make(map[int64]rowState, len(c.ids))
 	for rows.Next() {
 		var ok bool
 		var id pgtype.Int8
 		var status pgtype.Int2
-		var attempt pgtype.Int4
-		if err := rows.Scan(&ok, &id, &status, &attempt); err != nil {
+		var count pgtype.Int4
+		if err := rows.Scan(&ok, &id, &status, &count); err != nil {
 			return false, nil, fmt.Errorf("pgcdc: claim rows: %w", err)
 		}
 		if !id.Valid { // v's row
 			visible = ok
 			continue
 		}
-		st[id.Int64] = rowState{status: status.Int16, attempt: int(attempt.Int32)}
+		r := rowState{status: status.Int16}
+		if r.status == 0 {
+			r.count = int(count.Int32)
+		}
+		st[id.Int64] = r
 	}
 	if err := rows.Err(); err != nil {
 		return false, nil, fmt.Errorf("pgcdc: claim rows: %w", err)
@@ -134,6 +221,7 @@ SELECT true, id, COALESCE(status, -1)::smallint, 0 FROM ` + t.ident + `
 type rowRetry struct {
 	id      int64
 	attempt int
+	counted int // the row's retry_count as the claim left it
 	at      time.Time
 	err     string
 }
@@ -144,12 +232,14 @@ type rowRetry struct {
 // memory), the error, and with refund the attempt given back
 // (retry_count - 1). Each row is fenced by the attempt it was handed out
 // with: a row that another claim (a polling relay) counted again meanwhile
-// is left as it is.
+// is left as it is. Without refund the row's count becomes the attempt,
+// which also records an attempt that a fresh claim did not count.
 func (t *table) reschedule(ctx context.Context, retries []rowRetry, refund bool) error {
 	n := len(retries)
 	ids, attempts, ats, reasons := make([]int64, n), make([]int32, n), make([]time.Time, n), make([]string, n)
+	counted := make([]int32, n)
 	for i, r := range retries {
-		ids[i], attempts[i], ats[i], reasons[i] = r.id, int32(r.attempt), r.at, clean(r.err)
+		ids[i], attempts[i], ats[i], reasons[i], counted[i] = r.id, int32(r.attempt), r.at, clean(r.err), int32(r.counted)
 	}
 	back := 0
 	if refund {
@@ -161,8 +251,8 @@ func (t *table) reschedule(ctx context.Context, retries []rowRetry, refund bool)
 	}
 	_, err := t.pool.Exec(ctx, `UPDATE `+t.ident+` AS o
 SET next_retry_at = r.at, retry_count = GREATEST(r.attempt - $5::integer, 0), updated_at = now()`+setErr+`
-FROM unnest($1::bigint[], $2::integer[], $3::timestamptz[], $4::text[]) AS r(id, attempt, at, err)
-WHERE o.id = r.id AND o.status = 0 AND o.retry_count = r.attempt`, ids, attempts, ats, reasons, back)
+FROM unnest($1::bigint[], $2::integer[], $3::timestamptz[], $4::text[], $6::integer[]) AS r(id, attempt, at, err, counted)
+WHERE o.id = r.id AND o.status = 0 AND o.retry_count = r.counted`, ids, attempts, ats, reasons, back, counted)
 	if err != nil {
 		return fmt.Errorf("pgcdc: reschedule %d rows: %w", n, err)
 	}

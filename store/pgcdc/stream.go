@@ -107,13 +107,28 @@ func (s *Source) stream(ctx context.Context) error {
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("read the slot's position: %w", err)
 	}
+	marks := false
+	if s.cfg.tableAttempts {
+		marks = s.table.ensureHanded(ctx, s.log)
+	}
 	args := []string{"proto_version '1'", "publication_names '" + s.cfg.publication + "'"}
 	if err := pglogrepl.StartReplication(ctx, conn, s.cfg.slot, 0,
 		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args}); err != nil {
 		return fmt.Errorf("start replication: %w", err)
 	}
+	// What earlier readers of the slot may have handed out without
+	// counting it in the table, read once the slot is ours (see handedMark).
+	var handed pos
+	if marks {
+		if handed, err = s.table.handedMark(ctx, s.cfg.slot); err != nil {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "cannot read the handed-out mark, counting every attempt in the table",
+				slog.String("error", err.Error()))
+			marks = false
+		}
+	}
 	s.mu.Lock()
 	s.streaming, s.standby, s.refused = true, false, false
+	s.marks, s.handedAtStart = marks, handed
 	s.win.reset()
 	if start > s.win.confirmed {
 		s.win.confirmed = start
@@ -280,7 +295,7 @@ func (r *reader) handle(data []byte) error {
 	case *pglogrepl.BeginMessage:
 		s.mu.Lock()
 		r.cur = s.win.begin()
-		r.cur.xid = m.Xid
+		r.cur.xid, r.cur.final = m.Xid, m.FinalLSN
 		s.mu.Unlock()
 	case *pglogrepl.InsertMessage:
 		rel := r.rels[m.RelationID]
@@ -293,6 +308,7 @@ func (r *reader) handle(data []byte) error {
 		}
 		s.mu.Lock()
 		s.win.add(r.cur, e)
+		e.prior = !s.marks || !e.pos().after(s.handedAtStart)
 		if r.added++; r.added >= 100 {
 			r.added = 0
 			s.wakeAllLocked()

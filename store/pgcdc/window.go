@@ -37,11 +37,38 @@ type entry struct {
 	kept    bool
 	checked bool // its row's status was looked up
 	stale   bool // read on an earlier connection: settling it leaves the window alone
+	// seq is the entry's place in its transaction (0, 1, ...): with the
+	// transaction's commit LSN, its position in the slot's order (see pos).
+	seq int
+	// prior: at or below the mark that the slot's readers had recorded
+	// when this connection started (see handedMark), so an earlier reader
+	// may have handed it out without counting the attempt in the table.
+	prior bool
+	// counted is the row's retry_count as this source left it at its last
+	// claim (one less than the attempt after a fresh claim, which counts
+	// nothing in the table); Reschedule is fenced by it.
+	counted int
 }
+
+// pos is an entry's position in the slot's order: the commit LSN of its
+// transaction (known at BEGIN: pgoutput sends a transaction after its
+// commit) and its place in it. The same log read again gives each entry
+// the same position.
+type pos struct {
+	lsn pglogrepl.LSN
+	seq int
+}
+
+// after reports whether p comes after q.
+func (p pos) after(q pos) bool { return p.lsn > q.lsn || (p.lsn == q.lsn && p.seq > q.seq) }
+
+func (e *entry) pos() pos { return pos{lsn: e.txn.final, seq: e.seq} }
 
 // txn is one committed (or still arriving) transaction of the stream.
 type txn struct {
 	xid       uint32        // its transaction id, from BEGIN
+	final     pglogrepl.LSN // its commit LSN, from BEGIN
+	added     int           // entries added so far (the next entry's seq)
 	end       pglogrepl.LSN // the transaction's end LSN, known at its commit
 	open      int           // its entries not yet settled
 	committed bool
@@ -74,7 +101,8 @@ func (w *window) begin() *txn {
 
 // add appends a message of the open transaction t.
 func (w *window) add(t *txn, e *entry) {
-	e.txn = t
+	e.txn, e.seq = t, t.added
+	t.added++
 	t.open++
 	w.entries = append(w.entries, e)
 }
