@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"mime"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -78,10 +80,12 @@ type Message struct {
 	Topic string
 	// PartitionKey overrides the key that keeps one aggregate's messages in order. Optional.
 	PartitionKey string
-	// Payload is the message body; it must be valid JSON.
+	// Payload is the message body: any bytes, and valid JSON when the
+	// content type is JSON (see [Message.JSONPayload]). Never empty.
 	Payload []byte
 	// ContentType is the payload's media type (RFC 6838), carried to the broker
-	// the way its protocol expects. Empty means ContentTypeJSON.
+	// the way its protocol expects. Empty means ContentTypeJSON. At most
+	// MaxTopicLength bytes; the Writer checks it with mime.ParseMediaType.
 	ContentType string
 	// Headers are string metadata carried to the broker (trace context and the caller's own).
 	Headers map[string]string
@@ -101,6 +105,25 @@ func (m *Message) MediaType() string {
 		return m.ContentType
 	}
 	return ContentTypeJSON
+}
+
+// JSONPayload reports whether the message's media type is JSON:
+// application/json or a type with the +json structured syntax suffix (RFC
+// 6839), such as application/cloudevents+json, parameters aside. Such a
+// payload must be valid JSON; any other is opaque bytes.
+func (m *Message) JSONPayload() bool {
+	if m.ContentType == "" {
+		return true
+	}
+	return IsJSONMediaType(m.ContentType)
+}
+
+// IsJSONMediaType reports whether the media type ct (parameters allowed) is
+// application/json or ends in +json, ignoring case.
+func IsJSONMediaType(ct string) bool {
+	t, _, _ := strings.Cut(ct, ";")
+	t = strings.ToLower(strings.TrimSpace(t))
+	return t == ContentTypeJSON || (strings.HasSuffix(t, "+json") && strings.Contains(t, "/"))
 }
 
 // Key returns the partition key: PartitionKey when set, else AggregateID.
@@ -222,19 +245,43 @@ func (m *Message) validate(i, maxPayload int) error {
 			return bad(f.name, "is not valid UTF-8")
 		}
 	}
+	if m.ContentType != "" {
+		if err := checkMediaType(m.ContentType); err != nil {
+			return bad("ContentType", err.Error())
+		}
+	}
 	if len(m.Payload) == 0 {
-		return bad("Payload", "is empty (use null or {} for an empty body)")
+		return bad("Payload", "is empty (use null or {} for an empty JSON body)")
 	}
 	if maxPayload > 0 && len(m.Payload) > maxPayload {
 		return bad("Payload", fmt.Sprintf("is %d bytes, over the limit of %d", len(m.Payload), maxPayload))
 	}
-	if !json.Valid(m.Payload) {
-		return bad("Payload", "is not valid JSON")
+	if m.JSONPayload() && !json.Valid(m.Payload) {
+		return bad("Payload", fmt.Sprintf("is not valid JSON, which content type %s requires", m.MediaType()))
 	}
 	for k, v := range m.Headers {
 		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(v) {
 			return bad("Headers", fmt.Sprintf("header %q is empty or not valid UTF-8", k))
 		}
+	}
+	return nil
+}
+
+// checkMediaType says what is wrong with a content type that is set, or nil.
+func checkMediaType(ct string) error {
+	switch {
+	case strings.TrimSpace(ct) == "":
+		return fmt.Errorf("%q is blank (leave it empty for %s)", ct, ContentTypeJSON)
+	case len(ct) > MaxTopicLength:
+		return fmt.Errorf("is %d bytes, longer than %d", len(ct), MaxTopicLength)
+	case !utf8.ValidString(ct):
+		return errors.New("is not valid UTF-8")
+	}
+	if _, _, err := mime.ParseMediaType(ct); err != nil {
+		return fmt.Errorf("%q is not a media type: %w", ct, err)
+	}
+	if !strings.Contains(ct, "/") {
+		return fmt.Errorf("%q is not a media type: it has no type/subtype", ct)
 	}
 	return nil
 }

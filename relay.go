@@ -591,8 +591,8 @@ func (r *Relay) claim(ctx, in context.Context, limit int, chain []int64) (*batch
 				m.Attempt, r.cfg.maxAttempts))
 		case r.cfg.maxPayload > 0 && len(m.Payload) > r.cfg.maxPayload:
 			b.kill(m, Permanent(fmt.Errorf("payload is %d bytes, over the relay's limit of %d", len(m.Payload), r.cfg.maxPayload)))
-		case !claim.ValidJSON && !json.Valid(m.Payload):
-			b.kill(m, Permanent(errors.New("payload is not valid JSON")))
+		case !claim.ValidJSON && m.JSONPayload() && !json.Valid(m.Payload):
+			b.kill(m, Permanent(fmt.Errorf("payload is not valid JSON, which content type %s requires", m.MediaType())))
 		default:
 			b.send = append(b.send, m)
 		}

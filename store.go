@@ -94,7 +94,7 @@ type Claim struct {
 	// so that it can be killed, and its Err names the row.
 	Malformed []MalformedRow
 	// ValidJSON says that the store has made sure every payload of Messages
-	// is valid JSON (its column type guarantees it, or it checked, putting
+	// whose content type is JSON (Message.JSONPayload) is valid JSON (its column type guarantees it, or it checked, putting
 	// the rows that fail in Malformed), so the relay need not check again.
 	ValidJSON bool
 	// Held, when not nil, is the store's open transaction that holds the

@@ -43,7 +43,8 @@ const (
 	RoleJSON                    // payload and headers
 	RoleInteger                 // status and retry_count: compared with and set to integers
 	RoleTime                    // next_retry_at (the lease), created_at, updated_at
-	RoleText                    // optional text columns: topic, partition_key, last_error
+	RoleText                    // optional text columns: topic, partition_key, last_error, content_type
+	RoleBytes                   // payload_bytes: read as the bytes it holds
 )
 
 // ColumnRoles are the roles of the columns the relay uses, contract and optional.
@@ -52,6 +53,7 @@ var ColumnRoles = map[string]Role{
 	"payload": RoleJSON, "headers": RoleJSON, "status": RoleInteger, "retry_count": RoleInteger,
 	"next_retry_at": RoleTime, "created_at": RoleTime, "updated_at": RoleTime,
 	"topic": RoleText, "partition_key": RoleText, "last_error": RoleText,
+	"content_type": RoleText, "payload_bytes": RoleBytes,
 }
 
 // Params describe one table to compare.

@@ -23,6 +23,9 @@ var (
 	keyKind = tablecheck.Kind{Want: "VARCHAR(64)", OK: func(typ string) bool { return textKind.OK(typ) || integerKind.OK(typ) }}
 	// json: JSON (MariaDB's is LONGTEXT) or strings, which the relay checks.
 	jsonKind = tablecheck.Kind{Want: "JSON", OK: func(typ string) bool { return typ == "json" || textKind.OK(typ) }}
+	// bytes: payload_bytes, read as the bytes it holds; a text column's
+	// character set would change them.
+	bytesKind = tablecheck.Kind{Want: "LONGBLOB", OK: tablecheck.Prefixes("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")}
 	// times: compared with UTC_TIMESTAMP(6) and set from it; a DATE drops
 	// the lease's time of day, and text or numbers work only while every
 	// writer uses the one format MySQL converts.
@@ -34,6 +37,7 @@ var (
 var columnKinds = map[tablecheck.Role]tablecheck.Kind{
 	tablecheck.RoleID: integerKind, tablecheck.RoleKey: keyKind, tablecheck.RoleJSON: jsonKind,
 	tablecheck.RoleInteger: integerKind, tablecheck.RoleTime: timeKind, tablecheck.RoleText: textKind,
+	tablecheck.RoleBytes: bytesKind,
 }
 
 // CheckTable checks that the table exists, has every contract column, and

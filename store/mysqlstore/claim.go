@@ -136,7 +136,7 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 		}
 		c.Messages = append(c.Messages, r.message)
 	}
-	rowcheck.ReadSizes(ctx, tx, fmt.Sprintf(payloadSizesSQL, s.table.quoted()), c.Malformed)
+	rowcheck.ReadSizes(ctx, tx, payloadSizesSQL(s.table.quoted(), st.sel), c.Malformed)
 	for lo := 0; lo < len(ids); lo += s.chunk {
 		chunk := ids[lo:min(lo+s.chunk, len(ids))]
 		args := append([]any{p.Lease.Microseconds()}, chunk...)

@@ -1,6 +1,7 @@
 package mysqlstore
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -71,8 +72,12 @@ const (
 )
 
 // payloadSizesSQL reads the sizes of the payloads a claim read in part
-// (rowcheck.ReadSizes); %%s is the ids' placeholders.
-const payloadSizesSQL = "SELECT id, LENGTH(payload) FROM %s WHERE id IN (%%s)"
+// (rowcheck.ReadSizes), of the table with the claimed columns sel; its %s
+// is the ids' placeholders.
+func payloadSizesSQL(table string, sel []string) string {
+	size := dialect.PayloadSize("", sqlcore.Columns{PayloadBytes: slices.Contains(sel, sqlcore.ColPayloadBytes)})
+	return "SELECT id, " + size + " FROM " + table + " WHERE id IN (%s)"
+}
 
 // lockNameSQL is the GET_LOCK name of a table's migrations, from the
 // arguments (database or NULL for the current one, table): unique to the

@@ -67,7 +67,7 @@ func (s *Store) statements(info tableInfo) map[string]string {
 		"kill":          s.killSQL(info.Columns, 2),
 		"insert":        s.insertSQL(sqlcore.InsertColumns(info.Columns), 2),
 		"stats":         fmt.Sprintf(statsSQL, t),
-		"payload sizes": fmt.Sprintf(fmt.Sprintf(payloadSizesSQL, t), "?, ?"),
+		"payload sizes": fmt.Sprintf(payloadSizesSQL(t, sqlcore.SelectColumns(info.Columns)), "?, ?"),
 		"columns":       columnsSQL,
 		"indexes":       indexesSQL,
 		"primary key":   primaryKeySQL,

@@ -28,6 +28,7 @@ type table struct {
 	name      string
 	lastError bool // the table has a last_error column
 	headers   bool // and headers, topic, partition_key
+	content   bool // and content_type, payload_bytes
 }
 
 func newTable(pool *pgxpool.Pool, name string) *table {
@@ -57,6 +58,7 @@ WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, t.ident)
 	}
 	t.lastError = has["last_error"]
 	t.headers = has["headers"] && has["topic"] && has["partition_key"]
+	t.content = has["content_type"] && has["payload_bytes"]
 	return nil
 }
 
@@ -320,11 +322,16 @@ func (t *table) insertDead(ctx context.Context, dead []outbox.Dead) error {
 	ids, aggTypes, aggIDs, events := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	payloads, attempts, created := make([]string, n), make([]int32, n), make([]pgtype.Timestamptz, n)
 	headers, topics, keys, reasons := make([]pgtype.Text, n), make([]pgtype.Text, n), make([]pgtype.Text, n), make([]string, n)
+	types, raws := make([]pgtype.Text, n), make([][]byte, n)
 	for i, d := range dead {
 		m := d.Message
 		ids[i], aggTypes[i], aggIDs[i], events[i] = m.MessageID, m.AggregateType, m.AggregateID, m.EventType
 		payloads[i], attempts[i], reasons[i] = string(m.Payload), int32(m.Attempt), clean(d.Reason)
-		if !json.Valid(m.Payload) {
+		types[i] = pgtype.Text{String: m.ContentType, Valid: m.ContentType != ""}
+		switch {
+		case !m.JSONPayload():
+			payloads[i], raws[i] = "null", m.Payload // bytes go to payload_bytes
+		case !json.Valid(m.Payload):
 			payloads[i] = "null" // a malformed row's payload is not kept; its reason says why
 		}
 		created[i] = pgtype.Timestamptz{Time: m.CreatedAt, Valid: !m.CreatedAt.IsZero()}
@@ -345,13 +352,17 @@ func (t *table) insertDead(ctx context.Context, dead []outbox.Dead) error {
 		cols += ", last_error"
 		vals += ", d.reason"
 	}
+	if t.content {
+		cols += ", content_type, payload_bytes"
+		vals += ", d.ctype, d.raw"
+	}
 	q := `INSERT INTO ` + t.ident + ` (` + cols + `)
 SELECT ` + vals + `
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::timestamptz[],
-            $8::text[], $9::text[], $10::text[], $11::text[])
-     AS d(mid, atype, aid, ev, payload, attempt, created, headers, topic, pkey, reason)
+            $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bytea[])
+     AS d(mid, atype, aid, ev, payload, attempt, created, headers, topic, pkey, reason, ctype, raw)
 ON CONFLICT (message_id) DO NOTHING`
-	_, err := t.pool.Exec(ctx, q, ids, aggTypes, aggIDs, events, payloads, attempts, created, headers, topics, keys, reasons)
+	_, err := t.pool.Exec(ctx, q, ids, aggTypes, aggIDs, events, payloads, attempts, created, headers, topics, keys, reasons, types, raws)
 	if err != nil {
 		return fmt.Errorf("pgcdc: record %d dead messages: %w", n, err)
 	}

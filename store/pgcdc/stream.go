@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -336,6 +338,22 @@ func (r *reader) ours(m *pglogrepl.RelationMessage) bool {
 	return t.schema == "" || m.Namespace == t.schema
 }
 
+// contentError says what is wrong with a decoded row's content type and
+// payload: a content type that is not a media type, or payload_bytes
+// (fromBytes) that are not JSON under a JSON content type. The payload
+// column is jsonb, so what it holds is JSON.
+func contentError(m *outbox.Message, fromBytes bool) error {
+	if m.ContentType != "" {
+		if _, _, err := mime.ParseMediaType(m.ContentType); err != nil || !strings.Contains(m.ContentType, "/") {
+			return fmt.Errorf("content_type %q is not a media type", m.ContentType)
+		}
+	}
+	if fromBytes && m.JSONPayload() && !json.Valid(m.Payload) {
+		return errors.New("payload_bytes is not valid JSON, which the content type requires")
+	}
+	return nil
+}
+
 // decode turns an inserted row into an entry. keep is false for a row that
 // is not pending when written (a dead row the source itself recorded).
 func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (e *entry, keep bool) {
@@ -344,6 +362,7 @@ func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (e *entry, keep
 	var missing []string
 	have := map[string]bool{}
 	status := int64(0)
+	var raw []byte // payload_bytes: the payload when set
 	for i, c := range tup.Columns {
 		if i >= len(rel.cols) {
 			break
@@ -373,6 +392,12 @@ func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (e *entry, keep
 			m.Topic = v
 		case "partition_key":
 			m.PartitionKey = v
+		case "content_type":
+			m.ContentType = v
+		case "payload_bytes":
+			if err := r.types.Scan(rel.cols[i].DataType, pgtype.TextFormatCode, c.Data, &raw); err != nil {
+				e.bad = fmt.Errorf("row %d: payload_bytes: %w", m.RowID, err)
+			}
 		case "headers":
 			if err := json.Unmarshal(c.Data, &m.Headers); err != nil {
 				e.bad = fmt.Errorf("row %d: headers are not a JSON object of strings: %w", m.RowID, err)
@@ -386,6 +411,12 @@ func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (e *entry, keep
 	}
 	if status != 0 {
 		return nil, false
+	}
+	if raw != nil {
+		m.Payload = raw // payload holds JSON null (docs/table-contract.md)
+	}
+	if err := contentError(m, raw != nil); err != nil && e.bad == nil {
+		e.bad = fmt.Errorf("row %d: %w", m.RowID, err)
 	}
 	for _, c := range []string{"id", "message_id", "aggregate_type", "aggregate_id", "event_type", "payload"} {
 		if !have[c] {

@@ -84,9 +84,9 @@ func (s *Store) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.Dea
 	// The attempts within an integer (a bigint column may hold more), then
 	// what a claim reads.
 	sql := fmt.Sprintf(`SELECT o.id, LEAST(GREATEST(COALESCE(o.retry_count, 0), 0), %d)::integer, %s, %s,
-	o.updated_at::timestamptz, octet_length(o.payload::text)
+	o.updated_at::timestamptz, %s
 FROM %s AS o WHERE %s ORDER BY o.id LIMIT $%d`,
-		rowcheck.MaxAttempt, payloadParam(q.dataColumns, len(args)), lastErr, s.ident, where, len(args)-1)
+		rowcheck.MaxAttempt, payloadParam(q.dataColumns, len(args)), lastErr, q.payloadSize(), s.ident, where, len(args)-1)
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: list dead: %w", err)

@@ -31,6 +31,8 @@ var (
 		_, err := jsonCast("", typ)
 		return err == nil
 	}}
+	// bytes: payload_bytes is read as bytea; text would be re-encoded.
+	bytesKind = tablecheck.Kind{Want: "bytea", OK: tablecheck.Prefixes("bytea")}
 	// times: compared with now(); without a time zone they follow the session's.
 	timeKind = tablecheck.Kind{Want: "timestamptz", OK: tablecheck.Prefixes("timestamp")}
 )
@@ -40,6 +42,7 @@ var (
 var columnKinds = map[tablecheck.Role]tablecheck.Kind{
 	tablecheck.RoleID: idKind, tablecheck.RoleKey: keyKind, tablecheck.RoleJSON: jsonKind,
 	tablecheck.RoleInteger: integerKind, tablecheck.RoleTime: timeKind, tablecheck.RoleText: textKind,
+	tablecheck.RoleBytes: bytesKind,
 }
 
 // CheckTable checks that the table exists, has every contract column, and
@@ -70,6 +73,9 @@ func (s *Store) CheckTable(ctx context.Context) error {
 	problems := tablecheck.Problems(tablecheck.Params{Columns: cols, Contract: sqlcore.ContractColumns, Kinds: columnKinds,
 		Alter: func(c, typ string, k tablecheck.Kind) string {
 			using := c + "::" + k.Want
+			if k.Want == "bytea" {
+				using = fmt.Sprintf("convert_to(%s::text, 'UTF8')", c)
+			}
 			if typ == "bytea" {
 				using = fmt.Sprintf("convert_from(%s, 'UTF8')::%s", c, k.Want)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 var _ outbox.TxInserter[*sql.Tx] = sqlInserter{}
@@ -77,6 +78,8 @@ func (s *Store) insertArgs(msgs []*outbox.Message) ([]any, error) {
 		ids, aggTypes, aggIDs, events = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		payloads, topics, keys        = make([]string, n), make([]string, n), make([]string, n)
 		headers                       = make([]pgtype.Text, n)
+		contentTypes                  []string // only when a message sets one
+		raws                          [][]byte // only when a payload is not JSON
 	)
 	for i, m := range msgs {
 		if m == nil {
@@ -84,6 +87,18 @@ func (s *Store) insertArgs(msgs []*outbox.Message) ([]any, error) {
 		}
 		ids[i], aggTypes[i], aggIDs[i], events[i] = m.MessageID, m.AggregateType, m.AggregateID, m.EventType
 		payloads[i], topics[i], keys[i] = string(m.Payload), m.Topic, m.PartitionKey
+		if m.ContentType != "" {
+			if contentTypes == nil {
+				contentTypes = make([]string, n)
+			}
+			contentTypes[i] = m.ContentType
+		}
+		if !m.JSONPayload() {
+			if raws == nil {
+				raws = make([][]byte, n)
+			}
+			payloads[i], raws[i] = "null", m.Payload
+		}
 		if len(m.Headers) > 0 {
 			b, err := json.Marshal(m.Headers)
 			if err != nil {
@@ -92,12 +107,26 @@ func (s *Store) insertArgs(msgs []*outbox.Message) ([]any, error) {
 			headers[i] = pgtype.Text{String: string(b), Valid: true}
 		}
 	}
-	return []any{ids, aggTypes, aggIDs, events, payloads, headers, topics, keys}, nil
+	if contentTypes == nil {
+		contentTypes = make([]string, n)
+	}
+	if raws == nil {
+		raws = make([][]byte, n)
+	}
+	return []any{ids, aggTypes, aggIDs, events, payloads, headers, topics, keys, contentTypes, raws}, nil
 }
 
 // insertStatement returns the insert statement for msgs and its arguments:
 // with a NOTIFY when this write is to send one.
 func (s *Store) insertStatement(q *queries, msgs []*outbox.Message) (string, []any, error) {
+	for i, m := range msgs {
+		if m == nil {
+			break // insertArgs says so
+		}
+		if err := sqlcore.CanHold(m, q.contentType, q.payloadBytes); err != nil {
+			return "", nil, fmt.Errorf("pgstore: insert: message %d: %w", i, err)
+		}
+	}
 	args, err := s.insertArgs(msgs)
 	if err != nil {
 		return "", nil, err

@@ -14,6 +14,7 @@ import (
 // name in them is quoted by pgx.Identifier; every value is a parameter.
 type queries struct {
 	headers, topic, partitionKey, lastError bool
+	contentType, payloadBytes               bool // the table has content_type, payload_bytes
 	payloadJSON                             bool // the payload column is json or jsonb
 	utf8                                    bool // the server encoding is UTF8
 	createdAtText                           bool // created_at is text: read as text, parsed by message
@@ -22,8 +23,8 @@ type queries struct {
 	dataColumns  string        // columnList without id and the attempt
 	lease        *leaseQueries // WithBatchLease's statements (batchlease.go), nil without it
 	held         *heldQueries  // WithHeldClaims's statements (held.go), nil without it
-	insert       string        // $1..$8 the columns as arrays
-	insertNotify string        // insert, and NOTIFY channel $9 when the transaction commits
+	insert       string        // $1..$10 the columns as arrays
+	insertNotify string        // insert, and NOTIFY channel $11 when the transaction commits
 	claim        [3]string     // unordered, ordered, ordered with dead rows blocking
 	claimStatus  string        // unordered, on the (status, next_retry_at) index (indexes.go); $1 limit, $2 lease µs
 	ack          string
@@ -76,6 +77,20 @@ const maxPayloadParam = "$max_payload"
 // own (readPayloadSizes).
 const payloadColumn = "CASE WHEN " + maxPayloadParam + "::integer > 0 THEN left(o.payload::text, " +
 	maxPayloadParam + "::integer + 1) ELSE o.payload::text END"
+
+// payloadBytesColumn reads payload_bytes as payloadColumn reads payload: at
+// most limit + 1 bytes of it with a limit.
+const payloadBytesColumn = "CASE WHEN " + maxPayloadParam + "::integer > 0 THEN substring(o.payload_bytes FROM 1 FOR " +
+	maxPayloadParam + "::integer + 1) ELSE o.payload_bytes END"
+
+// payloadSize is the SQL of the size in bytes of a row's payload (of the
+// table aliased o): payload_bytes's when the table has it and it is set.
+func (q *queries) payloadSize() string {
+	if q.payloadBytes {
+		return "COALESCE(octet_length(o.payload_bytes), octet_length(o.payload::text))"
+	}
+	return "octet_length(o.payload::text)"
+}
 
 // payloadParam numbers the payload limit's parameter of sql: $n.
 func payloadParam(sql string, n int) string {
@@ -153,6 +168,8 @@ func buildQueries(table string, cols map[string]string, opt buildOptions) (*quer
 	_, q.topic = cols["topic"]
 	_, q.partitionKey = cols["partition_key"]
 	_, q.lastError = cols["last_error"]
+	_, q.contentType = cols["content_type"]
+	_, q.payloadBytes = cols["payload_bytes"]
 
 	payloadCast, err := jsonCast("payload", cols["payload"])
 	if err != nil {
@@ -207,12 +224,18 @@ func (q *queries) buildInsert(table string, cols map[string]string, payloadCast 
 	if q.partitionKey {
 		names, exprs = append(names, "partition_key"), append(exprs, "NULLIF(m.partition_key, '')")
 	}
+	if q.contentType {
+		names, exprs = append(names, "content_type"), append(exprs, "NULLIF(m.content_type, '')")
+	}
+	if q.payloadBytes {
+		names, exprs = append(names, "payload_bytes"), append(exprs, "m.payload_bytes")
+	}
 	q.insert = fmt.Sprintf(`INSERT INTO %s (%s)
 SELECT %s
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
-	WITH ORDINALITY AS m(message_id, aggregate_type, aggregate_id, event_type, payload, headers, topic, partition_key, ord)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bytea[])
+	WITH ORDINALITY AS m(message_id, aggregate_type, aggregate_id, event_type, payload, headers, topic, partition_key, content_type, payload_bytes, ord)
 ORDER BY m.ord`, table, strings.Join(names, ", "), strings.Join(exprs, ", "))
-	q.insertNotify = "WITH ins AS (" + q.insert + ") SELECT pg_notify($9, '')"
+	q.insertNotify = "WITH ins AS (" + q.insert + ") SELECT pg_notify($11, '')"
 
 	return nil
 }
@@ -241,6 +264,12 @@ func (q *queries) buildClaims(table string, cols map[string]string, async string
 	}
 	if q.partitionKey {
 		returning = append(returning, "o.partition_key::text")
+	}
+	if q.contentType {
+		returning = append(returning, "o.content_type::text")
+	}
+	if q.payloadBytes {
+		returning = append(returning, payloadBytesColumn)
 	}
 	q.columnList = strings.Join(returning, ", ")
 	q.dataColumns = strings.Join(returning[2:], ", ")

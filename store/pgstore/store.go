@@ -60,9 +60,13 @@ func (s *Store) readPayloadSizes(ctx context.Context, run rowQuerier, c *outbox.
 	if len(ids) == 0 {
 		return
 	}
+	size := "octet_length(o.payload::text)"
+	if q, err := s.queriesFor(ctx, run); err == nil { // built by the claim
+		size = q.payloadSize()
+	}
 	var got, sizes []int64
-	err := run(ctx, fmt.Sprintf(`SELECT COALESCE(array_agg(o.id), '{}'), COALESCE(array_agg(octet_length(o.payload::text)::bigint), '{}')
-FROM %s AS o WHERE o.id = ANY($1::bigint[])`, s.ident), ids).Scan(&got, &sizes)
+	err := run(ctx, fmt.Sprintf(`SELECT COALESCE(array_agg(o.id), '{}'), COALESCE(array_agg((%s)::bigint), '{}')
+FROM %s AS o WHERE o.id = ANY($1::bigint[])`, size, s.ident), ids).Scan(&got, &sizes)
 	if err != nil {
 		return
 	}
@@ -147,7 +151,8 @@ type claimedRow struct {
 	messageID, aggType, aggID, eventType, payload pgtype.Text
 	createdAt                                     pgtype.Timestamptz
 	createdAtText                                 pgtype.Text // instead, when the column is text
-	headers, topic, partitionKey                  pgtype.Text
+	headers, topic, partitionKey, contentType     pgtype.Text
+	payloadBytes                                  []byte // NULL: nil
 
 	// What the database already guarantees, so that message need not check
 	// it again: the payload column is json or jsonb (valid JSON), the
@@ -173,6 +178,12 @@ func (r *claimedRow) dest(q *queries, maxPayload int32) []any {
 	if q.partitionKey {
 		d = append(d, &r.partitionKey)
 	}
+	if q.contentType {
+		d = append(d, &r.contentType)
+	}
+	if q.payloadBytes {
+		d = append(d, &r.payloadBytes)
+	}
 	return d
 }
 
@@ -193,16 +204,26 @@ func (r *claimedRow) message() (*outbox.Message, error) {
 	if r.createdAtText.Valid {
 		m.CreatedAt = parseCreatedAt(r.createdAtText.String)
 	}
+	var bad []string
+	if r.contentType.Valid {
+		ct, err := sqlcore.ContentType(r.contentType.String)
+		if err != nil {
+			bad = append(bad, err.Error())
+		}
+		m.ContentType = ct
+	}
 	// A payload over the limit was read only in part: nothing to check.
-	tooLarge := r.maxPayload > 0 && r.payload.Valid && len(r.payload.String) > int(r.maxPayload)
+	// payload_bytes, when set, is the payload (payload then holds JSON null).
+	raw := r.payloadBytes != nil
+	tooLarge := r.maxPayload > 0 && (raw && len(r.payloadBytes) > int(r.maxPayload) ||
+		!raw && r.payload.Valid && len(r.payload.String) > int(r.maxPayload))
 	payload := r.payload
-	if tooLarge {
+	if tooLarge || raw {
 		payload = pgtype.Text{String: "{}", Valid: true}
 	}
 	// A UTF8 database returns only valid UTF-8, but a SQL_ASCII one returns
 	// the bytes as stored, and a team's own table may keep payload and
 	// headers as text: check what jsonb and the encoding would guarantee.
-	var bad []string
 	for _, c := range []struct {
 		name     string
 		v        pgtype.Text
@@ -223,9 +244,16 @@ func (r *claimedRow) message() (*outbox.Message, error) {
 			bad = append(bad, c.name+" is not valid UTF-8")
 		}
 	}
-	if r.payload.Valid && !tooLarge {
+	switch {
+	case tooLarge:
+	case raw:
+		m.Payload = r.payloadBytes
+		if m.JSONPayload() && !json.Valid(m.Payload) {
+			bad = append(bad, "payload_bytes is not valid JSON, which the content type requires")
+		}
+	case r.payload.Valid:
 		m.Payload = json.RawMessage(r.payload.String)
-		if !r.validJSON && r.payload.String != "" && !json.Valid(m.Payload) {
+		if !r.validJSON && m.JSONPayload() && r.payload.String != "" && !json.Valid(m.Payload) {
 			bad = append(bad, "payload is not valid JSON")
 		}
 	}

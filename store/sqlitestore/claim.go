@@ -109,7 +109,7 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, st claimStatements, p
 	if err != nil {
 		return nil, err
 	}
-	rowcheck.ReadSizes(ctx, tx, fmt.Sprintf(payloadSizesSQL, s.table.quoted()), c.Malformed)
+	rowcheck.ReadSizes(ctx, tx, payloadSizesSQL(s.table.quoted(), sel), c.Malformed)
 	return c, nil
 }
 

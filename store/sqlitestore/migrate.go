@@ -16,13 +16,17 @@ import (
 //go:embed migrations/*.up.sql
 var migrationFS embed.FS
 
-// optionalColumns are the columns our table has beyond the contract, added
-// by Migrate to a table that lacks them. All are TEXT and NULL when unset.
-var optionalColumns = []string{"headers", "topic", "partition_key", "last_error"}
+// optionalColumns are the columns our table has beyond the contract, with
+// their types, added by Migrate to a table that lacks them. All are NULL
+// when unset.
+var optionalColumns = []struct{ name, typ string }{
+	{"headers", "TEXT"}, {"topic", "TEXT"}, {"partition_key", "TEXT"}, {"last_error", "TEXT"},
+	{"content_type", "TEXT"}, {"payload_bytes", "BLOB"},
+}
 
 // Migrate creates the outbox table and its indexes, or brings an existing
 // table up to date: it adds the optional columns (headers, topic,
-// partition_key, last_error) and the pending-rows index when they are
+// partition_key, last_error, content_type, payload_bytes) and the pending-rows index when they are
 // missing, and leaves everything else, including a hand-made table's column
 // types, as it is. It runs in one BEGIN IMMEDIATE transaction, so it is
 // idempotent and safe to run from several processes at once.
@@ -80,11 +84,11 @@ func (s *Store) addMissingColumns(ctx context.Context, conn *sql.Conn, cols map[
 		return nil
 	}
 	for _, c := range optionalColumns {
-		if cols[c] {
+		if cols[c.name] {
 			continue
 		}
-		if _, err := conn.ExecContext(ctx, "ALTER TABLE "+s.table.quoted()+" ADD COLUMN "+c+" TEXT"); err != nil {
-			return fmt.Errorf("add column %s: %w", c, err)
+		if _, err := conn.ExecContext(ctx, "ALTER TABLE "+s.table.quoted()+" ADD COLUMN "+c.name+" "+c.typ); err != nil {
+			return fmt.Errorf("add column %s: %w", c.name, err)
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -81,8 +82,12 @@ const (
 )
 
 // payloadSizesSQL reads the sizes of the payloads a claim read in part
-// (rowcheck.ReadSizes); %%s is the ids' placeholders.
-const payloadSizesSQL = "SELECT id, length(CAST(payload AS BLOB)) FROM %s WHERE id IN (%%s)"
+// (rowcheck.ReadSizes), of the table with the claimed columns sel; its %s
+// is the ids' placeholders.
+func payloadSizesSQL(table string, sel []string) string {
+	size := dialect.PayloadSize("", sqlcore.Columns{PayloadBytes: slices.Contains(sel, sqlcore.ColPayloadBytes)})
+	return "SELECT id, " + size + " FROM " + table + " WHERE id IN (%s)"
+}
 
 // The statements built for the table's columns and the batch's size.
 

@@ -51,7 +51,7 @@ func (s *Store) statements(cols columns) map[string]string {
 		"kill":          s.killSQL(cols.Columns, 2),
 		"insert":        s.insertSQL(sqlcore.InsertColumns(cols.Columns), 2),
 		"stats":         fmt.Sprintf(statsSQL, t),
-		"payload sizes": fmt.Sprintf(fmt.Sprintf(payloadSizesSQL, t), "?, ?"),
+		"payload sizes": fmt.Sprintf(payloadSizesSQL(t, sqlcore.SelectColumns(cols.Columns)), "?, ?"),
 		"columns":       columnsSQL,
 		"indexes":       indexesSQL,
 		"archive pick":  fmt.Sprintf(archivePick, t),

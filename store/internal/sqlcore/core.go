@@ -134,7 +134,7 @@ func (c *Core) listDeadSQL(cols Columns, where string, maxPayload int) string {
 		lastErr = "c.last_error"
 	}
 	return "SELECT " + c.D.DeadHead + ", " + c.D.ClaimColumns("c.", SelectColumns(cols), maxPayload) + ", " + lastErr +
-		", c.updated_at, " + fmt.Sprintf(c.D.PayloadBytes, "c.payload") + " FROM " + c.Table + " AS c WHERE " + where +
+		", c.updated_at, " + c.D.PayloadSize("c.", cols) + " FROM " + c.Table + " AS c WHERE " + where +
 		" ORDER BY c.id LIMIT ?"
 }
 

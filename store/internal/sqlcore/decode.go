@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +29,8 @@ const (
 	ColHeaders       = "headers"
 	ColTopic         = "topic"
 	ColPartitionKey  = "partition_key"
+	ColContentType   = "content_type"
+	ColPayloadBytes  = "payload_bytes"
 )
 
 // SelectColumns are the columns of a message a claim reads, in order: the
@@ -43,6 +46,12 @@ func SelectColumns(c Columns) []string {
 	if c.PartitionKey {
 		sel = append(sel, ColPartitionKey)
 	}
+	if c.ContentType {
+		sel = append(sel, ColContentType)
+	}
+	if c.PayloadBytes {
+		sel = append(sel, ColPayloadBytes)
+	}
 	return sel
 }
 
@@ -56,11 +65,22 @@ func (d *Dialect) ClaimColumns(prefix string, sel []string, maxPayload int) stri
 	cols := make([]string, len(sel))
 	for i, col := range sel {
 		cols[i] = prefix + col
-		if col == ColPayload && maxPayload > 0 {
+		if (col == ColPayload || col == ColPayloadBytes) && maxPayload > 0 {
 			cols[i] = fmt.Sprintf(d.PayloadPrefix, prefix+col, maxPayload+1)
 		}
 	}
 	return strings.Join(cols, ", ")
+}
+
+// PayloadSize is the SQL of a row's payload size in bytes, of the table
+// aliased by prefix (an alias and a dot, or ""): payload_bytes's when it is
+// set, else payload's.
+func (d *Dialect) PayloadSize(prefix string, c Columns) string {
+	size := fmt.Sprintf(d.PayloadBytes, prefix+ColPayload)
+	if c.PayloadBytes {
+		size = "COALESCE(" + fmt.Sprintf(d.PayloadBytes, prefix+ColPayloadBytes) + ", " + size + ")"
+	}
+	return size
 }
 
 // DecodeRow turns a claimed row's columns sel, scanned into vals, into a
@@ -70,6 +90,7 @@ func (d *Dialect) ClaimColumns(prefix string, sel []string, maxPayload int) stri
 func (d *Dialect) DecodeRow(sel []string, vals []any) (*outbox.Message, error) {
 	m := &outbox.Message{}
 	var errs []error
+	var body, bytesBody any // the payload and payload_bytes columns
 	for i, col := range sel {
 		v := vals[i]
 		switch col {
@@ -93,11 +114,15 @@ func (d *Dialect) DecodeRow(sel []string, vals []any) (*outbox.Message, error) {
 		case ColCreatedAt:
 			m.CreatedAt, _ = d.ParseTime(v) // only for latency; zero when unreadable
 		case ColPayload:
-			p, err := payload(v)
+			body = v
+		case ColPayloadBytes:
+			bytesBody = v
+		case ColContentType:
+			ct, err := ContentType(v)
 			if err != nil {
 				errs = append(errs, err)
 			}
-			m.Payload = p
+			m.ContentType = ct
 		case ColHeaders:
 			h, err := headers(v)
 			if err != nil {
@@ -106,7 +131,30 @@ func (d *Dialect) DecodeRow(sel []string, vals []any) (*outbox.Message, error) {
 			m.Headers = h
 		}
 	}
+	if slices.Contains(sel, ColPayload) {
+		p, err := payload(body, bytesBody, m.JSONPayload())
+		if err != nil {
+			errs = append(errs, err)
+		}
+		m.Payload = p
+	}
 	return m, errors.Join(errs...)
+}
+
+// ContentType reads a content_type column: NULL and "" are the default
+// (application/json, returned as ""); anything else must be a media type.
+func ContentType(v any) (string, error) {
+	s, ok, err := Text(v)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("content_type %w", err)
+	case !ok || s == "":
+		return "", nil
+	}
+	if _, _, err := mime.ParseMediaType(s); err != nil || !strings.Contains(s, "/") {
+		return s, fmt.Errorf("content_type %q is not a media type", s)
+	}
+	return s, nil
 }
 
 // Scanned is a row a claim or ListDead read (Scan).
@@ -131,6 +179,12 @@ func (d *Dialect) Scan(rows *sql.Rows, sel []string, maxPayload int, partial any
 		return Scanned{}, err
 	}
 	r := Scanned{Vals: vals}
+	if at := slices.Index(sel, ColPayloadBytes); at >= 0 && maxPayload > 0 && rowcheck.Len(vals[at]) > maxPayload {
+		vals[at], r.TooLarge = nil, true
+		if p := slices.Index(sel, ColPayload); p >= 0 {
+			vals[p] = partial
+		}
+	}
 	if at := slices.Index(sel, ColPayload); maxPayload > 0 && rowcheck.Len(vals[at]) > maxPayload {
 		vals[at], r.TooLarge = partial, true
 	}
@@ -185,14 +239,32 @@ func optional(col string, v any, errs *[]error) string {
 	return s
 }
 
-func payload(v any) (json.RawMessage, error) {
+// payload reads a message's body: payload_bytes when it is not NULL (any
+// bytes; valid JSON when the content type is JSON), else the payload column
+// (text, valid JSON when the content type is JSON).
+func payload(v, raw any, isJSON bool) ([]byte, error) {
+	if raw != nil {
+		var b []byte
+		switch raw := raw.(type) {
+		case []byte:
+			b = slices.Clone(raw)
+		case string:
+			b = []byte(raw)
+		default:
+			return nil, fmt.Errorf("payload_bytes is a %T, not bytes", raw)
+		}
+		if isJSON && !json.Valid(b) {
+			return b, errors.New("payload_bytes is not valid JSON, which the content type requires")
+		}
+		return b, nil
+	}
 	s, ok, err := Text(v)
 	switch {
 	case err != nil:
 		return json.RawMessage(s), fmt.Errorf("payload %w", err)
 	case !ok:
 		return nil, errors.New("payload is NULL")
-	case !json.Valid([]byte(s)):
+	case isJSON && !json.Valid([]byte(s)):
 		return json.RawMessage(s), errors.New("payload is not valid JSON")
 	}
 	return json.RawMessage(s), nil
@@ -253,9 +325,18 @@ func InsertColumns(c Columns) []string {
 }
 
 // RowValues returns a message's values in the order of InsertColumns(c).
-// Empty optional values are NULL.
+// Empty optional values are NULL. A payload that is not JSON goes to
+// payload_bytes, with JSON null in payload (docs/table-contract.md); a table
+// without the columns such a message needs is an error that says to migrate.
 func RowValues(m *outbox.Message, c Columns) ([]any, error) {
-	row := []any{m.MessageID, m.AggregateType, m.AggregateID, m.EventType, string(m.Payload)}
+	if err := CanHold(m, c.ContentType, c.PayloadBytes); err != nil {
+		return nil, err
+	}
+	var body, raw any = string(m.Payload), nil
+	if !m.JSONPayload() {
+		body, raw = "null", m.Payload
+	}
+	row := []any{m.MessageID, m.AggregateType, m.AggregateID, m.EventType, body}
 	if c.Headers {
 		var h any
 		if len(m.Headers) > 0 {
@@ -273,7 +354,31 @@ func RowValues(m *outbox.Message, c Columns) ([]any, error) {
 	if c.PartitionKey {
 		row = append(row, nullIfEmpty(m.PartitionKey))
 	}
+	if c.ContentType {
+		row = append(row, nullIfEmpty(m.ContentType))
+	}
+	if c.PayloadBytes {
+		row = append(row, raw)
+	}
 	return row, nil
+}
+
+// ErrNeedsMigrate is the error of a message the table cannot hold for lack
+// of the content_type or payload_bytes column.
+var ErrNeedsMigrate = errors.New("run `outbox migrate` to add the content_type and payload_bytes columns")
+
+// CanHold reports, as an error matching ErrNeedsMigrate, whether a table
+// with (or without) the content_type and payload_bytes columns can hold m:
+// a content type other than the default needs content_type, and a payload
+// that is not JSON needs payload_bytes too.
+func CanHold(m *outbox.Message, contentType, payloadBytes bool) error {
+	switch {
+	case m.ContentType != "" && m.ContentType != outbox.ContentTypeJSON && !contentType:
+		return fmt.Errorf("content type %s: the table has no content_type column: %w", m.ContentType, ErrNeedsMigrate)
+	case !m.JSONPayload() && !payloadBytes:
+		return fmt.Errorf("content type %s is not JSON and the table has no payload_bytes column: %w", m.ContentType, ErrNeedsMigrate)
+	}
+	return nil
 }
 
 func nullIfEmpty(s string) any {

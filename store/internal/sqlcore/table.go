@@ -50,6 +50,9 @@ func ArchiveName(name string, max int) string {
 // Columns records which optional columns a table has.
 type Columns struct {
 	Headers, Topic, PartitionKey, LastError bool
+	// ContentType and PayloadBytes are the columns of messages that are not
+	// plain application/json (docs/table-contract.md).
+	ContentType, PayloadBytes bool
 }
 
 // ReadColumns checks the lower-cased column names of table (as given, for
@@ -73,6 +76,8 @@ func ReadColumns(names map[string]bool, table string, noTable error) (Columns, e
 		Topic:        names["topic"],
 		PartitionKey: names["partition_key"],
 		LastError:    names["last_error"],
+		ContentType:  names[ColContentType],
+		PayloadBytes: names[ColPayloadBytes],
 	}, nil
 }
 

@@ -18,6 +18,9 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
     topic          VARCHAR(255)    NULL,
     partition_key  VARCHAR(255)    NULL,
     last_error     TEXT            NULL,
+    -- a payload that is not JSON: its bytes, with JSON null in payload
+    content_type   VARCHAR(255)    NULL,
+    payload_bytes  LONGBLOB        NULL,
     PRIMARY KEY (id),
     UNIQUE KEY uk_message_id (message_id),
     KEY idx_status_next_retry (status, next_retry_at),

@@ -18,7 +18,10 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
     headers        TEXT,
     topic          TEXT,
     partition_key  TEXT,
-    last_error     TEXT
+    last_error     TEXT,
+    -- a payload that is not JSON: its bytes, with JSON null in payload
+    content_type   TEXT,
+    payload_bytes  BLOB
 );
 
 CREATE INDEX IF NOT EXISTS {{index "status_next_retry_at"}} ON {{.Name}} (status, next_retry_at);
