@@ -107,7 +107,7 @@ func ExampleWriter_Write_validation() {
 	fmt.Println(err)
 	// Output:
 	// true true
-	// outbox: invalid message 0: Payload: is not valid JSON
+	// outbox: invalid message 0: Payload: is not valid JSON, which content type application/json requires
 }
 
 // A publisher marks what retrying cannot fix with outbox.Permanent: the relay

@@ -279,11 +279,15 @@ func (r *runner) newCDC(ctx context.Context, p *path, pool *pgxpool.Pool) error 
 		_, _ = c.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pub)
 		for { // the server may count the slot active for a moment after the relay stopped
 			_, err := c.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", slot)
-			if err == nil || ctx.Err() != nil {
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
 				return err
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+		return dropHandedMark(ctx, c, slot)
 	})
 	if _, err := pool.Exec(ctx, "CREATE PUBLICATION "+pub+" FOR TABLE "+p.t.outbox+" WITH (publish = 'insert')"); err != nil {
 		return fmt.Errorf("cdc: create publication: %w", err)
@@ -298,4 +302,23 @@ func (r *runner) newCDC(ctx context.Context, p *path, pool *pgxpool.Pool) error 
 	}
 	p.store, p.cdc = src, src
 	return nil
+}
+
+// dropHandedMark removes the slot's row from pgcdc's side table of
+// handed-out marks, and the table when no other slot has a row in it, so
+// that the demo leaves the schema as it found it.
+func dropHandedMark(ctx context.Context, c *pgx.Conn, slot string) error {
+	var exists bool
+	if err := c.QueryRow(ctx, "SELECT to_regclass('outbox_cdc_handed') IS NOT NULL").Scan(&exists); err != nil || !exists {
+		return err
+	}
+	if _, err := c.Exec(ctx, "DELETE FROM outbox_cdc_handed WHERE slot = $1", slot); err != nil {
+		return err
+	}
+	var others bool
+	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM outbox_cdc_handed)").Scan(&others); err != nil || others {
+		return err
+	}
+	_, err := c.Exec(ctx, "DROP TABLE IF EXISTS outbox_cdc_handed")
+	return err
 }
