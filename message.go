@@ -8,11 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"mime"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/outboxkit/outbox/internal/mediatype"
 )
 
 // Status is the state of an outbox row, as stored in its status column.
@@ -277,13 +278,7 @@ func checkMediaType(ct string) error {
 	case !utf8.ValidString(ct):
 		return errors.New("is not valid UTF-8")
 	}
-	if _, _, err := mime.ParseMediaType(ct); err != nil {
-		return fmt.Errorf("%q is not a media type: %w", ct, err)
-	}
-	if !strings.Contains(ct, "/") {
-		return fmt.Errorf("%q is not a media type: it has no type/subtype", ct)
-	}
-	return nil
+	return mediatype.Check(ct)
 }
 
 // NewMessageID returns a new UUIDv7 (RFC 9562) as a 36-character string.

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"mime"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -18,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/mediatype"
 )
 
 // SQLSTATE codes the stream tells apart.
@@ -344,7 +343,7 @@ func (r *reader) ours(m *pglogrepl.RelationMessage) bool {
 // column is jsonb, so what it holds is JSON.
 func contentError(m *outbox.Message, fromBytes bool) error {
 	if m.ContentType != "" {
-		if _, _, err := mime.ParseMediaType(m.ContentType); err != nil || !strings.Contains(m.ContentType, "/") {
+		if mediatype.Check(m.ContentType) != nil {
 			return fmt.Errorf("content_type %q is not a media type", m.ContentType)
 		}
 	}

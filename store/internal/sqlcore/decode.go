@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/mediatype"
 	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
@@ -151,7 +151,7 @@ func ContentType(v any) (string, error) {
 	case !ok || s == "":
 		return "", nil
 	}
-	if _, _, err := mime.ParseMediaType(s); err != nil || !strings.Contains(s, "/") {
+	if mediatype.Check(s) != nil {
 		return s, fmt.Errorf("content_type %q is not a media type", s)
 	}
 	return s, nil
