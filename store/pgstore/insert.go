@@ -71,32 +71,26 @@ func (i sqlInserter) InsertTx(ctx context.Context, tx *sql.Tx, msgs []*outbox.Me
 	return insertError(len(msgs), err)
 }
 
-// insertArgs turns msgs into the insert statement's column arrays.
-func (s *Store) insertArgs(msgs []*outbox.Message) ([]any, error) {
+// insertArgs turns msgs into the insert statement's column arrays, or an
+// error when the table of q cannot hold one of them.
+func (s *Store) insertArgs(q *queries, msgs []*outbox.Message) ([]any, error) {
 	n := len(msgs)
 	var (
 		ids, aggTypes, aggIDs, events = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		payloads, topics, keys        = make([]string, n), make([]string, n), make([]string, n)
 		headers                       = make([]pgtype.Text, n)
-		contentTypes                  []string // only when a message sets one
-		raws                          [][]byte // only when a payload is not JSON
+		contentTypes, raws            = make([]string, n), make([][]byte, n) // raws: payloads that are not JSON
 	)
 	for i, m := range msgs {
 		if m == nil {
 			return nil, fmt.Errorf("pgstore: insert: message %d is nil", i)
 		}
-		ids[i], aggTypes[i], aggIDs[i], events[i] = m.MessageID, m.AggregateType, m.AggregateID, m.EventType
-		payloads[i], topics[i], keys[i] = string(m.Payload), m.Topic, m.PartitionKey
-		if m.ContentType != "" {
-			if contentTypes == nil {
-				contentTypes = make([]string, n)
-			}
-			contentTypes[i] = m.ContentType
+		if err := sqlcore.CanHold(m, q.contentType, q.payloadBytes); err != nil {
+			return nil, fmt.Errorf("pgstore: insert: message %d: %w", i, err)
 		}
+		ids[i], aggTypes[i], aggIDs[i], events[i] = m.MessageID, m.AggregateType, m.AggregateID, m.EventType
+		payloads[i], topics[i], keys[i], contentTypes[i] = string(m.Payload), m.Topic, m.PartitionKey, m.ContentType
 		if !m.JSONPayload() {
-			if raws == nil {
-				raws = make([][]byte, n)
-			}
 			payloads[i], raws[i] = "null", m.Payload
 		}
 		if len(m.Headers) > 0 {
@@ -107,27 +101,13 @@ func (s *Store) insertArgs(msgs []*outbox.Message) ([]any, error) {
 			headers[i] = pgtype.Text{String: string(b), Valid: true}
 		}
 	}
-	if contentTypes == nil {
-		contentTypes = make([]string, n)
-	}
-	if raws == nil {
-		raws = make([][]byte, n)
-	}
 	return []any{ids, aggTypes, aggIDs, events, payloads, headers, topics, keys, contentTypes, raws}, nil
 }
 
 // insertStatement returns the insert statement for msgs and its arguments:
 // with a NOTIFY when this write is to send one.
 func (s *Store) insertStatement(q *queries, msgs []*outbox.Message) (string, []any, error) {
-	for i, m := range msgs {
-		if m == nil {
-			break // insertArgs says so
-		}
-		if err := sqlcore.CanHold(m, q.contentType, q.payloadBytes); err != nil {
-			return "", nil, fmt.Errorf("pgstore: insert: message %d: %w", i, err)
-		}
-	}
-	args, err := s.insertArgs(msgs)
+	args, err := s.insertArgs(q, msgs)
 	if err != nil {
 		return "", nil, err
 	}
