@@ -1,6 +1,7 @@
 package outboxtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
@@ -142,9 +143,7 @@ func (s *MemoryStore) settle(msgs []*outbox.Message, fn func(*memRow, int)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, m := range msgs {
-		j, found := slices.BinarySearchFunc(s.rows, m.RowID, func(r *memRow, id int64) int {
-			return int(min(max(r.msg.RowID-id, -1), 1))
-		})
+		j, found := slices.BinarySearchFunc(s.rows, m.RowID, func(r *memRow, id int64) int { return cmp.Compare(r.msg.RowID, id) })
 		if found && s.rows[j].status == outbox.StatusPending && s.rows[j].attempts == m.Attempt {
 			fn(s.rows[j], i)
 		}
@@ -153,18 +152,18 @@ func (s *MemoryStore) settle(msgs []*outbox.Message, fn func(*memRow, int)) {
 
 // Ack implements [outbox.Store].
 func (s *MemoryStore) Ack(_ context.Context, p outbox.AckParams) (int, error) {
-	n := 0
+	acked := map[*memRow]bool{}
 	now := s.now()
 	s.settle(p.Messages, func(r *memRow, _ int) {
-		n++
+		acked[r] = true
 		r.status, r.sentAt, r.due = outbox.StatusSent, now, time.Time{}
 	})
 	if p.Delete {
 		s.mu.Lock()
-		s.rows = slices.DeleteFunc(s.rows, func(r *memRow) bool { return r.status == outbox.StatusSent })
+		s.rows = slices.DeleteFunc(s.rows, func(r *memRow) bool { return acked[r] })
 		s.mu.Unlock()
 	}
-	return n, nil
+	return len(acked), nil
 }
 
 // Reschedule implements [outbox.Store].
