@@ -177,6 +177,9 @@ func setupCDC(ctx context.Context, out io.Writer, cfg *config.Config, db *daemon
 	} else {
 		fmt.Fprintf(out, "replication slot %s exists\n", slot)
 	}
+	if res.CreatedMarkTable {
+		fmt.Fprintf(out, "created table %s (each slot's mark of first attempts)\n", pgcdc.MarkTable)
+	}
 	_, err = fmt.Fprintf(out, "the slot keeps write-ahead log until a relay with source: cdc reads it; "+
 		"remove it with outbox cdc drop-slot if none will\n")
 	return err

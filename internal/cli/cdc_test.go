@@ -69,14 +69,16 @@ func TestMigrateCDC(t *testing.T) {
 	r := run(t.Context(), args...)
 	require.Equal(t, ExitOK, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
-	require.Len(t, lines, 4, r.stdout)
+	require.Len(t, lines, 5, r.stdout)
 	require.Equal(t, "migrated table outbox_message (postgres)", lines[0])
 	require.Equal(t, "created publication "+slot+" (inserts of outbox_message)", lines[1])
 	require.Regexp(t, `^created replication slot `+slot+` \(pgoutput\) at [0-9A-F]+/[0-9A-F]+$`, lines[2])
-	require.Contains(t, lines[3], "outbox cdc drop-slot")
+	require.Equal(t, "created table "+pgcdc.MarkTable+" (each slot's mark of first attempts)", lines[3])
+	require.Contains(t, lines[4], "outbox cdc drop-slot")
 
 	r = run(t.Context(), args...)
 	require.Equal(t, ExitOK, r.code, r.stderr)
+	require.NotContains(t, r.stdout, "created table", "the mark table is made once")
 	require.Contains(t, r.stdout, "publication "+slot+" (inserts of outbox_message) exists\n")
 	require.Contains(t, r.stdout, "replication slot "+slot+" exists\n")
 

@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -264,37 +265,17 @@ func (r *runner) newRelay(ctx context.Context, p *path) error {
 }
 
 // newCDC makes the outbox path's relay read the table's inserts from the
-// write-ahead log: it creates the table's publication and slot before any
-// payment (as `outbox migrate --cdc` would), drops them at the end, and
-// puts a pgcdc.Source, polling the table as its fallback, in front of the
-// path's store.
+// write-ahead log: it sets up the table's publication, slot and mark table
+// before any payment (as `outbox migrate --cdc` does), drops them at the
+// end, and puts a pgcdc.Source, polling the table as its fallback, in
+// front of the path's store.
 func (r *runner) newCDC(ctx context.Context, p *path, pool *pgxpool.Pool) error {
-	slot, pub := "outbox_"+p.t.outbox, "outbox_"+p.t.outbox+"_pub"
-	r.onCleanup(func(ctx context.Context) error {
-		c, err := pgx.Connect(ctx, r.cfg.DB)
-		if err != nil {
-			return err
-		}
-		defer c.Close(context.WithoutCancel(ctx))
-		_, _ = c.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pub)
-		for { // the server may count the slot active for a moment after the relay stopped
-			_, err := c.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", slot)
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return err
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		return dropHandedMark(ctx, c, slot)
-	})
-	if _, err := pool.Exec(ctx, "CREATE PUBLICATION "+pub+" FOR TABLE "+p.t.outbox+" WITH (publish = 'insert')"); err != nil {
-		return fmt.Errorf("cdc: create publication: %w", err)
+	slot, pub := pgcdc.SlotName(p.t.outbox), pgcdc.PublicationName(p.t.outbox)
+	res, err := pgcdc.Setup(ctx, pool, p.t.outbox, slot, pub)
+	if err != nil {
+		return fmt.Errorf("cdc: %w", err)
 	}
-	if _, err := pool.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
-		return fmt.Errorf("cdc: create slot (wal_level must be logical): %w", err)
-	}
+	r.onCleanup(func(ctx context.Context) error { return dropCDC(ctx, r.cfg.DB, slot, pub, res.CreatedMarkTable) })
 	src, err := pgcdc.New(pool, r.cfg.DB, pgcdc.WithTable(p.t.outbox), pgcdc.WithSlot(slot), pgcdc.WithPublication(pub),
 		pgcdc.WithFallback(p.store), pgcdc.WithLogger(r.cfg.Logger))
 	if err != nil {
@@ -304,21 +285,36 @@ func (r *runner) newCDC(ctx context.Context, p *path, pool *pgxpool.Pool) error 
 	return nil
 }
 
-// dropHandedMark removes the slot's row from pgcdc's side table of
-// handed-out marks, and the table when no other slot has a row in it, so
-// that the demo leaves the schema as it found it.
-func dropHandedMark(ctx context.Context, c *pgx.Conn, slot string) error {
-	var exists bool
-	if err := c.QueryRow(ctx, "SELECT to_regclass('outbox_cdc_handed') IS NOT NULL").Scan(&exists); err != nil || !exists {
+// dropCDC drops what newCDC set up, as `outbox cdc drop-slot` does, and the
+// mark table when the demo created it and no other slot has a mark in it,
+// so that the demo leaves the schema as it found it.
+func dropCDC(ctx context.Context, dsn, slot, pub string, dropMarks bool) error {
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
 		return err
 	}
-	if _, err := c.Exec(ctx, "DELETE FROM outbox_cdc_handed WHERE slot = $1", slot); err != nil {
-		return err
+	defer c.Close(context.WithoutCancel(ctx))
+	for { // the server may count the slot active for a moment after the relay stopped
+		err = pgcdc.DropSlot(ctx, c, slot, pub)
+		if errors.Is(err, pgcdc.ErrSlotNotFound) { // DropSlot then leaves the publication
+			_, err = c.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{pub}.Sanitize())
+		}
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, pgcdc.ErrSlotActive) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
+	if !dropMarks {
+		return nil
+	}
+	mark := pgx.Identifier{pgcdc.MarkTable}.Sanitize()
 	var others bool
-	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM outbox_cdc_handed)").Scan(&others); err != nil || others {
+	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+mark+")").Scan(&others); err != nil || others {
 		return err
 	}
-	_, err := c.Exec(ctx, "DROP TABLE IF EXISTS outbox_cdc_handed")
+	_, err = c.Exec(ctx, "DROP TABLE IF EXISTS "+mark)
 	return err
 }

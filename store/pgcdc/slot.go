@@ -78,11 +78,15 @@ type SetupResult struct {
 	// LSN is where a created slot starts (its consistent point); "" when
 	// the slot was there already.
 	LSN string
+	// CreatedMarkTable is true when Setup created the side table
+	// [MarkTable] in the outbox table's schema, false when it was there.
+	CreatedMarkTable bool
 }
 
 // Setup makes table ready for CDC: it creates the publication (FOR TABLE
 // table WITH (publish = 'insert'): inserts of that table only) and the
-// logical replication slot (plugin pgoutput) unless they exist, so that
+// logical replication slot (plugin pgoutput), and the side table
+// [MarkTable] in the table's schema, unless they exist, so that
 // running it again, or from several processes at once, is safe. A slot made
 // by Setup holds write-ahead log from that moment on: every insert committed
 // after it returns is in the stream.
@@ -114,6 +118,9 @@ func Setup(ctx context.Context, db Querier, table, slot, publication string) (Se
 	if res.CreatedPublication, err = ensurePublication(ctx, db, tableIdent, table, publication); err != nil {
 		return res, err
 	}
+	if res.CreatedMarkTable, err = ensureMarkTable(ctx, db, table); err != nil {
+		return res, err
+	}
 	if srv.slotExists {
 		return res, checkSlot(ctx, db, slot)
 	}
@@ -127,6 +134,38 @@ func Setup(ctx context.Context, db Querier, table, slot, publication string) (Se
 	}
 	res.CreatedSlot, res.LSN = true, lsn
 	return res, nil
+}
+
+// ensureMarkTable creates the side table [MarkTable] in the schema of table
+// (already checked by quoteTable) unless it exists, and reports whether it
+// created it.
+func ensureMarkTable(ctx context.Context, db Querier, table string) (bool, error) {
+	schema, _, qualified := strings.Cut(table, ".")
+	if !qualified {
+		schema = ""
+	}
+	ident := markIdent(schema)
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, ident).Scan(&exists); err != nil {
+		return false, fmt.Errorf("pgcdc: look up the mark table %s: %w", ident, err)
+	}
+	if exists {
+		return false, nil
+	}
+	_, err := db.Exec(ctx, markDDL(ident))
+	if err == nil {
+		return true, nil
+	}
+	// Two runs at once may both pass IF NOT EXISTS; the loser fails on the
+	// catalog's unique index although the table now exists.
+	if qerr := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, ident).Scan(&exists); qerr == nil && exists {
+		return false, nil
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
+		return false, fmt.Errorf("pgcdc: create the mark table %s: %w; grant the role CREATE on the schema", ident, err)
+	}
+	return false, fmt.Errorf("pgcdc: create the mark table %s: %w", ident, err)
 }
 
 // tablePart is one part of a table name, as pgstore accepts it.
@@ -337,8 +376,9 @@ func SlotStatus(ctx context.Context, db Querier, slot string) (SlotState, error)
 	return st, nil
 }
 
-// DropSlot drops the replication slot named slot, and then, when
-// publication is not "", the publication of that name (if it exists). It
+// DropSlot drops the replication slot named slot, deletes its row from
+// every [MarkTable] of the database, and then, when publication is not "",
+// the publication of that name (if it exists). It
 // returns [ErrSlotNotFound] when there is no such slot (and then drops no
 // publication), and [ErrSlotActive] when a process streams it: stop the
 // relay first. The log the slot kept is freed at the next checkpoint.
@@ -356,11 +396,34 @@ func DropSlot(ctx context.Context, db Querier, slot, publication string) error {
 	case err != nil:
 		return fmt.Errorf("pgcdc: drop replication slot %s: %w", slot, err)
 	}
+	if err := forgetMarks(ctx, db, slot); err != nil {
+		return fmt.Errorf("pgcdc: %w (slot %s was dropped)", err, slot)
+	}
 	if publication == "" {
 		return nil
 	}
 	if _, err := db.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{publication}.Sanitize()); err != nil {
 		return fmt.Errorf("pgcdc: drop publication %s (slot %s was dropped): %w", publication, slot, err)
+	}
+	return nil
+}
+
+// marksSQL lists the quoted names of the database's mark tables.
+const marksSQL = `SELECT coalesce(array_agg(quote_ident(n.nspname) || '.' || quote_ident(c.relname)), '{}')
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relname = $1 AND c.relkind IN ('r', 'p')`
+
+// forgetMarks deletes the rows of slot from every mark table of the
+// database: a slot of that name made later starts without a mark.
+func forgetMarks(ctx context.Context, db Querier, slot string) error {
+	var idents []string
+	if err := db.QueryRow(ctx, marksSQL, MarkTable).Scan(&idents); err != nil {
+		return fmt.Errorf("list the mark tables: %w", err)
+	}
+	for _, ident := range idents {
+		if _, err := db.Exec(ctx, `DELETE FROM `+ident+` WHERE slot = $1`, slot); err != nil {
+			return fmt.Errorf("delete the slot's mark from %s: %w", ident, err)
+		}
 	}
 	return nil
 }

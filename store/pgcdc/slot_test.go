@@ -122,6 +122,11 @@ FROM pg_publication WHERE pubname = $1`, slot).Scan(&ins, &upd, &del, &trunc, &t
 		require.NoError(t, pool.QueryRow(ctx, `SELECT plugin, slot_type FROM pg_replication_slots WHERE slot_name = $1`,
 			slot).Scan(&plugin, &kind))
 		require.Equal(t, "pgoutput/logical", plugin+"/"+kind)
+		require.True(t, res.CreatedMarkTable)
+		schema, _, _ := strings.Cut(table, ".")
+		var mark *string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT to_regclass($1)::text", schema+"."+MarkTable).Scan(&mark))
+		require.NotNil(t, mark, "the mark table is in the outbox table's schema")
 
 		again, err := Setup(ctx, pool, table, slot, slot)
 		require.NoError(t, err)
@@ -284,8 +289,15 @@ func TestDropSlot(t *testing.T) {
 			if pub == "same" {
 				pub = slot
 			}
+			schema, _, _ := strings.Cut(table, ".")
+			marks := schema + "." + MarkTable
+			_, err = pool.Exec(ctx, "INSERT INTO "+marks+" (slot, lsn, seq) VALUES ($1, 1, 0), ('other_slot', 2, 0)", slot)
+			require.NoError(t, err)
 			require.NoError(t, DropSlot(ctx, pool, slot, pub))
 			requireNoSlot(t, pool, slot)
+			var left []string
+			require.NoError(t, pool.QueryRow(ctx, "SELECT array_agg(slot ORDER BY slot) FROM "+marks).Scan(&left))
+			require.Equal(t, []string{"other_slot"}, left, "the dropped slot's mark is gone, no other")
 			var pubs int
 			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_publication WHERE pubname = $1", slot).Scan(&pubs))
 			require.Equal(t, tc.pubLeft, pubs)

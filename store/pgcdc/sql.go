@@ -70,29 +70,41 @@ type rowState struct {
 	count int
 }
 
-// handedTable is the side table, in the outbox table's schema, in which
-// the source records per slot the position of the last message it handed
-// out without counting its attempt in the outbox table (see handedMark).
-const handedTable = "outbox_cdc_handed"
+// MarkTable is the name of the side table, in the outbox table's schema,
+// in which a source records per slot the position of the last message it
+// handed out without counting its attempt in the outbox table (one row per
+// slot: slot, lsn, seq, updated_at). [Setup] creates it, a streaming source
+// creates it when it is missing, and [DropSlot] deletes the dropped slot's
+// row. It may be dropped once no slot has a row in it.
+const MarkTable = "outbox_cdc_handed"
+
+// markDDL creates the side table whose quoted name is ident, unless it exists.
+func markDDL(ident string) string {
+	return `CREATE TABLE IF NOT EXISTS ` + ident + ` (
+	slot       text PRIMARY KEY,
+	lsn        bigint NOT NULL,
+	seq        integer NOT NULL,
+	updated_at timestamptz NOT NULL DEFAULT now()
+)`
+}
+
+// markIdent returns the quoted name of the side table in schema ("" for
+// the search path's first schema).
+func markIdent(schema string) string {
+	if schema == "" {
+		return pgx.Identifier{MarkTable}.Sanitize()
+	}
+	return pgx.Identifier{schema, MarkTable}.Sanitize()
+}
 
 // handedIdent is the quoted name of the side table.
-func (t *table) handedIdent() string {
-	if t.schema == "" {
-		return pgx.Identifier{handedTable}.Sanitize()
-	}
-	return pgx.Identifier{t.schema, handedTable}.Sanitize()
-}
+func (t *table) handedIdent() string { return markIdent(t.schema) }
 
 // ensureHanded creates the side table when it is missing and reports
 // whether it can be used; without it every claim counts its attempts in
 // the outbox table, as before the side table existed.
 func (t *table) ensureHanded(ctx context.Context, log *slog.Logger) bool {
-	_, err := t.pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+t.handedIdent()+` (
-	slot       text PRIMARY KEY,
-	lsn        bigint NOT NULL,
-	seq        integer NOT NULL,
-	updated_at timestamptz NOT NULL DEFAULT now()
-)`)
+	_, err := t.pool.Exec(ctx, markDDL(t.handedIdent()))
 	if err == nil {
 		return true
 	}
