@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -215,7 +216,7 @@ func TestReferenceLoop(t *testing.T) {
 	t.Cleanup(br.close)
 	msgs := make([]*outbox.Message, 250)
 	for i := range msgs {
-		msgs[i] = message(i, DefaultAggregates)
+		msgs[i] = message(i, DefaultAggregates, false)
 	}
 	msgs[0].Headers = map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 	require.NoError(t, db.write(t.Context(), msgs))
@@ -285,6 +286,56 @@ func TestRunMySQL(t *testing.T) {
 	require.Empty(t, rep.Latency)
 }
 
+// TestRunBinaryPayloads drains and measures binary payloads on each
+// database: every one is stored, claimed and published (a payload the store
+// could not hold or the relay refused would go dead, and the drain would not
+// complete).
+func TestRunBinaryPayloads(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		db   func(t *testing.T) (db, broker string)
+	}{
+		{"SQLite", func(t *testing.T) (string, string) { return "", "" }},
+		{"PostgreSQL", func(t *testing.T) (string, string) {
+			_, _, dsn := testsvc.PostgresSchema(t)
+			return dsn, testsvc.NATSURL(t)
+		}},
+		{"MySQL", func(t *testing.T) (string, string) {
+			_, dsn := testsvc.MySQLDatabase(t)
+			return dsn, testsvc.NATSURL(t)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db, broker := tc.db(t)
+			var out bytes.Buffer
+			rep, err := Run(t.Context(), Config{DB: db, Broker: broker, Rows: 600, TxRows: 300, Rate: 20,
+				Duration: time.Second, SkipBaseline: true, BatchSize: 200, Payload: PayloadBinary}, &out)
+			require.NoError(t, err)
+			require.Equal(t, PayloadBinary, rep.Settings.Payload)
+			require.True(t, rep.Drain[0].Complete)
+			require.Equal(t, 600, rep.Drain[0].Delivered)
+			require.Equal(t, 20, rep.Latency[0].Delivered)
+			require.Contains(t, out.String(), "binary payloads ("+ContentTypeBinary+")")
+		})
+	}
+}
+
+// TestMessagePayloads checks the two payloads a run writes: valid JSON, and
+// bytes of the same length that are neither UTF-8 nor JSON.
+func TestMessagePayloads(t *testing.T) {
+	t.Parallel()
+	j, b := message(7, 5, false), message(7, 5, true)
+	require.True(t, json.Valid(j.Payload))
+	require.Empty(t, j.ContentType)
+	require.Len(t, b.Payload, len(j.Payload))
+	require.False(t, utf8.Valid(b.Payload))
+	require.Equal(t, ContentTypeBinary, b.ContentType)
+	require.Equal(t, j.AggregateID, b.AggregateID)
+}
+
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -315,6 +366,9 @@ func TestConfigValidate(t *testing.T) {
 		{"ReferenceNotPostgres", Config{Reference: true}, []string{"reference loop needs PostgreSQL"}},
 		{"SourceCDC", Config{DB: "postgres://db/x", Source: SourceCDC}, nil},
 		{"SourceCDCNotPostgres", Config{Source: SourceCDC}, []string{"source: cdc needs PostgreSQL"}},
+		{"BinaryPayloads", Config{Payload: PayloadBinary, SkipBaseline: true}, nil},
+		{"BinaryPayloadsWithBaseline", Config{Payload: PayloadBinary}, []string{"binary payloads need --no-baseline"}},
+		{"UnknownPayload", Config{Payload: "avro"}, []string{`payload: "avro" is not json or binary`}},
 		{"SourceUnknown", Config{Source: "binlog"}, []string{`source: "binlog" is not polling or cdc`}},
 		{"Matrix", Config{Matrix: "ordering"}, nil},
 		{"MatrixWithDrain", Config{Matrix: "shapes", Tests: []string{"drain"}, Count: 3, Aggregates: 100}, nil},
@@ -373,7 +427,7 @@ func TestTextbookRelay(t *testing.T) {
 	t.Cleanup(br.close)
 	msgs := make([]*outbox.Message, 150)
 	for i := range msgs {
-		msgs[i] = message(i, DefaultAggregates)
+		msgs[i] = message(i, DefaultAggregates, false)
 	}
 	require.NoError(t, db.write(t.Context(), msgs))
 	pub, err := br.publisher()

@@ -26,6 +26,19 @@ const (
 	SourceCDC     = "cdc"
 )
 
+// The payloads of the messages a run writes (Config.Payload).
+const (
+	// PayloadJSON is a small JSON document, the shape of a typical event.
+	PayloadJSON = "json"
+	// PayloadBinary is bytes of the same length that are not UTF-8 (as a
+	// Protobuf encoding is), with the content type application/x-protobuf:
+	// the stores keep them in payload_bytes.
+	PayloadBinary = "binary"
+)
+
+// ContentTypeBinary is the content type of a PayloadBinary message.
+const ContentTypeBinary = "application/x-protobuf"
+
 // Defaults of [Config], used where a field is zero.
 const (
 	DefaultRows         = 100_000
@@ -160,6 +173,10 @@ type Config struct {
 	// logical only). With cdc each test of the outbox relay creates a slot
 	// before it writes and drops it at its end.
 	Source string
+	// Payload is what the messages carry: PayloadJSON (or empty) or
+	// PayloadBinary, without the textbook relay (which reads the JSON
+	// column only).
+	Payload string
 	// WriterDeletes makes the run's writers delete each row in the
 	// transaction that inserted it (outbox.WithDeleteAfterInsert,
 	// Debezium's way): the table stays empty and the messages exist only in
@@ -287,6 +304,10 @@ func (c Config) validate() error {
 		kind, _ := dbKind(c.DB)
 		check(kind == "postgres", "source: cdc needs PostgreSQL")
 	}
+	check(c.Payload == "" || c.Payload == PayloadJSON || c.Payload == PayloadBinary,
+		"payload: %q is not %s or %s", c.Payload, PayloadJSON, PayloadBinary)
+	check(c.Payload != PayloadBinary || c.SkipBaseline,
+		"payload: the textbook relay reads the JSON column only, so binary payloads need --no-baseline")
 	if c.WriterDeletes {
 		check(c.Source == SourceCDC, "writer deletes: only the cdc source reads rows that writers delete (--source cdc)")
 		check(c.SkipBaseline, "writer deletes: the textbook relay polls the table, which stays empty (--no-baseline)")

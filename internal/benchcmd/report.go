@@ -74,6 +74,9 @@ func writeHeader(b *strings.Builder, rep *Report) {
 	if s.WriterDeletes {
 		b.WriteString(", writers delete their rows")
 	}
+	if s.Payload == PayloadBinary {
+		b.WriteString(", binary payloads (" + ContentTypeBinary + ")")
+	}
 	b.WriteString("\n")
 }
 

@@ -1,6 +1,7 @@
 package benchcmd
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -70,6 +71,7 @@ type Settings struct {
 	HeldClaims       bool    `json:"held_claims,omitempty"`    // PostgreSQL only
 	Source           string  `json:"source,omitempty"`         // the outbox relay's: polling, or cdc (PostgreSQL only)
 	WriterDeletes    bool    `json:"writer_deletes,omitempty"` // writers delete their rows (cdc only)
+	Payload          string  `json:"payload"`                  // json or binary
 	Writers          int     `json:"writers"`                  // the latency test's concurrent write transactions
 	Ordering         bool    `json:"ordering"`
 	Aggregates       int     `json:"aggregates"` // the messages are spread over this many, round-robin
@@ -178,7 +180,7 @@ func newReport(cfg Config, db *database, br *broker) *Report {
 			AsyncCommit: cfg.AsyncCommit && db.kind == "postgres", Notify: !cfg.NoNotify && db.kind == "postgres",
 			BatchLease: cfg.BatchLease && db.kind == "postgres", HeldClaims: cfg.HeldClaims && db.kind == "postgres",
 			Writers: cfg.Writers, Ordering: cfg.Ordering, Aggregates: cfg.Aggregates, Source: cfg.Source,
-			WriterDeletes: cfg.WriterDeletes},
+			WriterDeletes: cfg.WriterDeletes, Payload: cmp.Or(cfg.Payload, PayloadJSON)},
 	}
 	if rep.Settings.Notify {
 		rep.Settings.NotifyIntervalMs = float64(max(cfg.NotifyInterval, 0)) / float64(time.Millisecond)
@@ -365,15 +367,23 @@ func stopTest(ctx context.Context, stopBar func(), stop func() error, m *meter) 
 }
 
 // message returns the i-th message of a test, of aggregate i mod aggs: the
-// shape of a typical event.
-func message(i, aggs int) *outbox.Message {
-	return &outbox.Message{
+// shape of a typical event, as JSON or, with binary, as as many bytes that
+// are not UTF-8 under ContentTypeBinary.
+func message(i, aggs int, binary bool) *outbox.Message {
+	m := &outbox.Message{
 		AggregateType: "order",
 		AggregateID:   fmt.Sprintf("o-%d", i%aggs),
 		EventType:     "ORDER_PAID",
 		Payload: fmt.Appendf(nil, `{"order_id":"o-%d","amount_cents":%d,"currency":"EUR","customer":"c-%d"}`,
 			i, 1000+i%900, i%5000),
 	}
+	if binary {
+		for j := range m.Payload {
+			m.Payload[j] |= 0x80 // every byte a continuation byte: never valid UTF-8, nor JSON
+		}
+		m.ContentType = ContentTypeBinary
+	}
+	return m
 }
 
 // drain preloads the backlog, then times the relay until the broker has
@@ -474,7 +484,7 @@ func (r *run) preload(ctx context.Context, rows int) error {
 		n := min(chunk, rows-i)
 		msgs := make([]*outbox.Message, n)
 		for j := range msgs {
-			msgs[j] = message(i+j, r.cfg.Aggregates)
+			msgs[j] = message(i+j, r.cfg.Aggregates, r.cfg.Payload == PayloadBinary)
 		}
 		if err := r.db.write(ctx, msgs); err != nil {
 			return fmt.Errorf("preload: %w", err)
@@ -585,7 +595,7 @@ pace:
 // and records the commit time of the measured ones.
 func (w *latencyWriters) writeTurns(ctx context.Context, jobs <-chan int) {
 	for i := range jobs {
-		msg := message(i, w.run.cfg.Aggregates)
+		msg := message(i, w.run.cfg.Aggregates, w.run.cfg.Payload == PayloadBinary)
 		err := w.run.db.write(ctx, []*outbox.Message{msg})
 		at := time.Now()
 		w.mu.Lock()
