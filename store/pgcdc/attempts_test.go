@@ -140,3 +140,56 @@ func TestCrashingMessageGoesDead(t *testing.T) {
 		})
 	}
 }
+
+// TestMarkCountsHeldBackMessages pins the first cost of the handed-out mark
+// (docs/cdc.md): a message at or below the mark that the earlier reader
+// never handed out, because it was held back behind its aggregate's
+// retried head, counts as handed out once when a new reader first claims
+// it, so it is published at attempt 2, never more. A message after the mark
+// starts at attempt 1.
+func TestMarkCountsHeldBackMessages(t *testing.T) {
+	t.Parallel()
+	e := setup(t, false)
+	pub := outboxtest.NewPublisher()
+	var head atomic.Value
+	head.Store("")
+	var fails atomic.Int32
+	pub.FailWith(func(m *outbox.Message) error {
+		if m.MessageID == head.Load().(string) {
+			fails.Add(1)
+			return errors.New("consumer not ready") // a retry: it holds its aggregate
+		}
+		return nil
+	})
+	opts := []outbox.RelayOption{outbox.WithMaxAttempts(1000), outbox.WithOrdering(true, outbox.DeadBlocks),
+		outbox.WithBatchSize(10)}
+	r := start(t, e.source(), pub, opts...) // creates the slot; the messages come after
+	waitStreaming(t, r.src)
+	r.stop()
+	head.Store(e.write(1, 1, "h")[0])
+	held := e.write(1, 1, "h")[0] // behind the head: never handed out by the first reader
+	before := e.write(5, 1, "a")  // after it in the log, handed out: the mark passes held
+
+	r = start(t, e.source(), pub, opts...)
+	waitAll(t, pub, before)
+	testsvc.Eventually(t, 10*time.Second, func() bool { return fails.Load() >= 2 }, "the head was not retried")
+	r.stop()
+	for _, m := range pub.Messages() {
+		require.NotEqual(t, held, m.MessageID, "the held-back message was published behind a failing head")
+	}
+
+	head.Store("") // the consumer is ready
+	after := e.write(3, 1, "b")
+	start(t, e.source(), pub, opts...)
+	waitAll(t, pub, append([]string{held}, after...))
+	attempt := map[string]int{}
+	for _, m := range pub.Messages() {
+		if _, ok := attempt[m.MessageID]; !ok {
+			attempt[m.MessageID] = m.Attempt
+		}
+	}
+	require.Equal(t, 2, attempt[held], "below the mark, a first claim counts as the second attempt, once")
+	for _, id := range after {
+		require.Equal(t, 1, attempt[id], "after the mark, a first claim is attempt 1")
+	}
+}
