@@ -98,20 +98,47 @@ type orderedCursor struct {
 // buildOrderedQueries builds the statements; async is the filter that turns
 // off synchronous commit for the statement (WithAsyncCommit), or "".
 func buildOrderedQueries(table string, q *queries, async string) [2]orderedQueries {
+	update := indent(fmt.Sprintf(orderedUpdateSQL, table, q.columnList, nextAttempt("o.retry_count")))
+	const key = `(h.aggregate_type COLLATE "C", h.aggregate_id COLLATE "C")`
 	var out [2]orderedQueries
 	for i, blocking := range []string{"0", "0, 2"} {
-		update := fmt.Sprintf(`UPDATE %[1]s AS o
+		sql := func(format string, args ...any) string {
+			return fmt.Sprintf(format, append([]any{table, blocking}, args...)...)
+		}
+		out[i] = orderedQueries{
+			walk:     payloadParam(sql(orderedWalkSQL, update, async), 4), // after $1 limit, $2 lease µs, $3 window
+			byStatus: payloadParam(sql(orderedByStatusSQL, update, async), 4),
+			// After $1 limit, $2 lease µs, $3 and $4 the aggregate: $5.
+			headsFrom: payloadParam(sql(orderedHeadsSQL, key+" > ($3::text, $4::text)", "", update, async), 5),
+			headsUpTo: payloadParam(sql(orderedHeadsSQL, key+" <= ($3::text, $4::text)",
+				"\n\t\t  AND "+key+" <= ($3::text, $4::text)", update, async), 5),
+		}
+	}
+	// out[0] is "0" (DeadSkips), out[1] is "0, 2" (DeadBlocks).
+	return out
+}
+
+// The statements of ordered claims. Each takes the table as %[1]s and the
+// statuses that block an aggregate as %[2]s ("0" for DeadSkips, "0, 2" for
+// DeadBlocks).
+const (
+	// orderedUpdateSQL leases the claimed rows c and counts their attempt
+	// (%[2]s: the columns returned, %[3]s: the next retry count).
+	orderedUpdateSQL = `UPDATE %[1]s AS o
 SET retry_count = %[3]s,
 	next_retry_at = now() + $2::bigint * interval '1 microsecond',
 	updated_at = now()
 FROM c
 WHERE o.id = c.id
-RETURNING %[2]s`, table, q.columnList, nextAttempt("o.retry_count"))
-		// The walk probes only the first row of each aggregate in the window:
-		// a later row of the same aggregate there is never a head, since that
-		// first row is pending before it. With a few aggregates holding a deep
-		// backlog, that is one probe per aggregate instead of one per row.
-		out[i].walk = fmt.Sprintf(`WITH win AS (
+RETURNING %[2]s`
+
+	// orderedWalkSQL claims from the head index. The walk probes only the
+	// first row of each aggregate in the window: a later row of the same
+	// aggregate there is never a head, since that first row is pending
+	// before it. With a few aggregates holding a deep backlog, that is one
+	// probe per aggregate instead of one per row. %[3]s: the update, %[4]s:
+	// the async-commit clause.
+	orderedWalkSQL = `WITH win AS (
 	SELECT w.id, w.aggregate_type, w.aggregate_id FROM %[1]s AS w
 	WHERE w.status = 0 AND (w.next_retry_at IS NULL OR w.next_retry_at <= now())%[4]s
 	ORDER BY w.id
@@ -132,18 +159,16 @@ RETURNING %[2]s`, table, q.columnList, nextAttempt("o.retry_count"))
 ), u AS (
 %[3]s
 )
-SELECT u.*, b.beyond FROM (SELECT count(*) > $3 AS beyond FROM win) AS b LEFT JOIN u ON true`,
-			table, blocking, indent(update), async)
-		out[i].walk = payloadParam(out[i].walk, 4) // after $1 limit, $2 lease µs, $3 window
+SELECT u.*, b.beyond FROM (SELECT count(*) > $3 AS beyond FROM win) AS b LEFT JOIN u ON true`
 
-		// Without the head index: the window is read from the contract's
-		// (status, next_retry_at) index (indexes.go), and the earlier rows
-		// of an aggregate are looked up in its (aggregate_type,
-		// aggregate_id) index, as many rows as the table keeps of it. The
-		// window's first rows are probed in id order (= ANY of an array
-		// walks the primary key in order, with no sort), so the claim
-		// stops probing once it has its heads, the oldest ones.
-		out[i].byStatus = payloadParam(fmt.Sprintf(`WITH due AS (
+	// orderedByStatusSQL claims without the head index: the window is read
+	// from the contract's (status, next_retry_at) index (indexes.go), and
+	// the earlier rows of an aggregate are looked up in its
+	// (aggregate_type, aggregate_id) index, as many rows as the table keeps
+	// of it. The window's first rows are probed in id order (= ANY of an
+	// array walks the primary key in order, with no sort), so the claim
+	// stops probing once it has its heads, the oldest ones.
+	orderedByStatusSQL = `WITH due AS (
 	SELECT w.id, w.aggregate_type, w.aggregate_id FROM %[1]s AS w
 	WHERE w.status = 0 AND w.next_retry_at <= now()
 	ORDER BY w.status, w.next_retry_at
@@ -170,13 +195,15 @@ SELECT u.*, b.beyond FROM (SELECT count(*) > $3 AS beyond FROM win) AS b LEFT JO
 %[3]s
 )
 SELECT u.*, b.beyond FROM (SELECT (SELECT count(*) FROM due) + (SELECT count(*) FROM fresh) >= $3 AS beyond) AS b
-	LEFT JOIN u ON true`, table, blocking, indent(update), async), 4)
+	LEFT JOIN u ON true`
 
-		// heads walks the head index one aggregate at a time: each step
-		// finds the first pending or dead row of the next aggregate, which is
-		// its head (for DeadSkips, the first pending row).
-		heads := func(first, next string) string {
-			return fmt.Sprintf(`WITH RECURSIVE heads AS (
+	// orderedHeadsSQL walks the head index one aggregate at a time: each
+	// step finds the first pending or dead row of the next aggregate, which
+	// is its head (for DeadSkips, the first pending row). %[3]s bounds the
+	// first step, %[4]s the next ones. The count of visited aggregates
+	// costs nothing more: it is taken only when c came back short, so the
+	// recursion already ran to the end and heads is fully computed.
+	orderedHeadsSQL = `WITH RECURSIVE heads AS (
 	(SELECT h.aggregate_type, h.aggregate_id, h.id, h.status FROM %[1]s AS h
 	 WHERE h.status IN (%[2]s) AND %[3]s
 	 ORDER BY h.aggregate_type COLLATE "C", h.aggregate_id COLLATE "C", h.id
@@ -197,19 +224,8 @@ SELECT u.*, b.beyond FROM (SELECT (SELECT count(*) FROM due) + (SELECT count(*) 
 %[5]s
 )
 SELECT u.*, v.visited FROM (SELECT CASE WHEN (SELECT count(*) FROM c) < $1 THEN (SELECT count(*) FROM heads) END AS visited) AS v
-	LEFT JOIN u ON true`, table, blocking, first, next, indent(update), async)
-		}
-		// The count of visited aggregates costs nothing more: it is taken
-		// only when c came back short, so the recursion already ran to the
-		// end and heads is fully computed.
-		const key = `(h.aggregate_type COLLATE "C", h.aggregate_id COLLATE "C")`
-		// After $1 limit, $2 lease µs, $3 and $4 the aggregate: $5.
-		out[i].headsFrom = payloadParam(heads(key+" > ($3::text, $4::text)", ""), 5)
-		out[i].headsUpTo = payloadParam(heads(key+" <= ($3::text, $4::text)", "\n\t\t  AND "+key+" <= ($3::text, $4::text)"), 5)
-	}
-	// out[0] is "0" (DeadSkips), out[1] is "0, 2" (DeadBlocks).
-	return out
-}
+	LEFT JOIN u ON true`
+)
 
 func indent(s string) string { return "\t" + strings.ReplaceAll(s, "\n", "\n\t") }
 
