@@ -144,12 +144,26 @@ func (s *Store) keepRuns(ctx context.Context, tx *sql.Tx, info tableInfo, p outb
 		}
 		last[r.agg] = max(last[r.agg], r.id)
 	}
+	pending, err := s.readRuns(ctx, tx, info, p, last)
+	if err != nil {
+		return nil, err
+	}
+	kept = append(kept, runPrefixes(pending, locked, p)...)
+	slices.SortFunc(kept, func(a, b *lockedRow) int { return cmp.Compare(a.id, b.id) })
+	// Cutting at an id keeps every run a prefix: a run's earlier rows have smaller ids.
+	return kept[:min(len(kept), p.Limit)], nil
+}
+
+// readRuns is step (2): each aggregate's pending (and, when dead rows
+// block, dead) rows up to its last candidate, read in chunks of aggregates.
+func (s *Store) readRuns(ctx context.Context, tx *sql.Tx, info tableInfo, p outbox.ClaimParams,
+	last map[aggKey]int64) (map[aggKey][]int64, error) {
 	aggs := make([]aggKey, 0, len(last))
 	for a := range last {
 		aggs = append(aggs, a)
 	}
 	slices.SortFunc(aggs, func(a, b aggKey) int { return cmp.Or(cmp.Compare(a.typ, b.typ), cmp.Compare(a.id, b.id)) })
-	pending := map[aggKey][]int64{} // step (2): each aggregate's pending (and dead) rows up to its last candidate
+	pending := map[aggKey][]int64{}
 	parts := runsParts(info, p)
 	for lo := 0; lo < len(aggs); lo += s.chunk {
 		chunk := aggs[lo:min(lo+s.chunk, len(aggs))]
@@ -163,34 +177,44 @@ func (s *Store) keepRuns(ctx context.Context, tx *sql.Tx, info tableInfo, p outb
 		for range parts {
 			args = append(append(args, hi), pairs...)
 		}
-		rows, err := tx.QueryContext(ctx, s.runsSQL(info, p, len(chunk)), args...)
-		if err != nil {
+		if err := scanRuns(ctx, tx, s.runsSQL(info, p, len(chunk)), args, last, pending); err != nil {
 			return nil, fmt.Errorf("read runs: %w", err)
 		}
-		for rows.Next() {
-			var id int64
-			var a aggKey
-			if err := rows.Scan(&id, &a.typ, &a.id); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("read runs: %w", err)
-			}
-			if l, ok := last[a]; ok && id <= l {
-				pending[a] = append(pending[a], id)
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("read runs: %w", err)
-		}
-		rows.Close()
 	}
-	// Step (3): per aggregate, the longest prefix of rows that the claim
-	// locked or that are in Chain (held by this relay's batches in flight,
-	// which it publishes first: chained runs), keeping the locked ones; a
-	// run that follows a row of Chain keeps at most chainCap of them.
+	return pending, nil
+}
+
+// scanRuns adds the rows of one chunk's statement to pending.
+func scanRuns(ctx context.Context, tx *sql.Tx, query string, args []any, last map[aggKey]int64,
+	pending map[aggKey][]int64) error {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var a aggKey
+		if err := rows.Scan(&id, &a.typ, &a.id); err != nil {
+			return err
+		}
+		if l, ok := last[a]; ok && id <= l {
+			pending[a] = append(pending[a], id)
+		}
+	}
+	return rows.Err()
+}
+
+// runPrefixes is step (3): per aggregate, the longest prefix of rows that
+// the claim locked or that are in Chain (held by this relay's batches in
+// flight, which it publishes first: chained runs), keeping the locked ones;
+// a run that follows a row of Chain keeps at most chainCap of them.
+func runPrefixes(pending map[aggKey][]int64, locked map[int64]*lockedRow, p outbox.ClaimParams) []*lockedRow {
 	chained := make(map[int64]bool, len(p.Chain))
 	for _, id := range p.Chain {
 		chained[id] = true
 	}
+	var kept []*lockedRow
 	for _, ids := range pending {
 		slices.Sort(ids)
 		n, most := 0, len(ids)
@@ -208,7 +232,5 @@ func (s *Store) keepRuns(ctx context.Context, tx *sql.Tx, info tableInfo, p outb
 			most = chainCap(p.Limit)
 		}
 	}
-	slices.SortFunc(kept, func(a, b *lockedRow) int { return cmp.Compare(a.id, b.id) })
-	// Cutting at an id keeps every run a prefix: a run's earlier rows have smaller ids.
-	return kept[:min(len(kept), p.Limit)], nil
+	return kept
 }
