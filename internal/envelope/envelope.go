@@ -43,42 +43,65 @@ func (e *Envelope) Body() []byte {
 	return e.Payload
 }
 
+// Object writes a JSON object field by field, without escaping <, > and &
+// (encoding/json's default), so that text goes out as written. The zero
+// value is an empty object.
+type Object struct{ b bytes.Buffer }
+
+func (o *Object) name(name string) {
+	if o.b.Len() == 0 {
+		o.b.WriteByte('{')
+	} else {
+		o.b.WriteByte(',')
+	}
+	o.b.WriteString(strconv.Quote(name))
+	o.b.WriteByte(':')
+}
+
+// Field adds name with v encoded by encoding/json; v must always encode
+// (strings, maps of strings, times).
+func (o *Object) Field(name string, v any) {
+	o.name(name)
+	enc := json.NewEncoder(&o.b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	o.b.Truncate(o.b.Len() - 1) // Encode's newline
+}
+
+// Raw adds name with raw, valid JSON, written as is.
+func (o *Object) Raw(name string, raw []byte) {
+	o.name(name)
+	o.b.Write(raw)
+}
+
+// Bytes closes the object and returns it.
+func (o *Object) Bytes() []byte {
+	if o.b.Len() == 0 {
+		o.b.WriteByte('{')
+	}
+	o.b.WriteByte('}')
+	return o.b.Bytes()
+}
+
 // Encode returns m's Envelope as JSON. A JSON payload is written as is
 // (encoding/json would rewrite it, escaping <, > and &), so receivers get it
 // byte for byte; the caller has checked that it is valid JSON.
 func Encode(m *outbox.Message) []byte {
-	var b bytes.Buffer
-	field := func(name string, v any) {
-		if b.Len() > 1 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Quote(name))
-		b.WriteByte(':')
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(false)
-		// Strings, maps of strings and times always encode.
-		_ = enc.Encode(v)
-		b.Truncate(b.Len() - 1) // Encode's newline
-	}
-	b.WriteByte('{')
-	field("id", m.MessageID)
-	field("type", m.EventType)
-	field("topic", m.Destination())
-	field("key", m.Key())
-	field("aggregate", Aggregate{Type: m.AggregateType, ID: m.AggregateID})
-	field("content_type", m.MediaType())
+	var o Object
+	o.Field("id", m.MessageID)
+	o.Field("type", m.EventType)
+	o.Field("topic", m.Destination())
+	o.Field("key", m.Key())
+	o.Field("aggregate", Aggregate{Type: m.AggregateType, ID: m.AggregateID})
+	o.Field("content_type", m.MediaType())
 	if m.JSONPayload() {
-		b.WriteString(`,"payload":`)
-		b.Write(m.Payload)
+		o.Raw("payload", m.Payload)
 	} else {
-		b.WriteString(`,"payload_base64":"`)
-		b.WriteString(base64.StdEncoding.EncodeToString(m.Payload))
-		b.WriteByte('"')
+		o.Field("payload_base64", base64.StdEncoding.EncodeToString(m.Payload))
 	}
-	field("headers", m.StandardHeaders())
+	o.Field("headers", m.StandardHeaders())
 	if !m.CreatedAt.IsZero() {
-		field("created_at", m.CreatedAt.UTC())
+		o.Field("created_at", m.CreatedAt.UTC())
 	}
-	b.WriteByte('}')
-	return b.Bytes()
+	return o.Bytes()
 }
