@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/publisher/cepub"
 )
 
 // Defaults of the daemon's own settings (the relay's come from the outbox
@@ -105,6 +107,9 @@ type Config struct {
 	// digits and underscores as the database's store accepts them (lower
 	// case on PostgreSQL). Default: DefaultTable.
 	Table string `yaml:"table"`
+	// CloudEventsSource is the source attribute of every CloudEvent the
+	// relay sends (format: cloudevents). Default: "/outbox/" + Table.
+	CloudEventsSource string `yaml:"cloudevents_source"`
 	// DBMaxConns bounds the relay's own database pool. 0 means
 	// ConnsPerRelay per relay loop plus SpareConns, or MaxInFlight per relay
 	// loop plus SpareConns with HeldClaims (see PoolSize). Default: 0.
@@ -347,6 +352,17 @@ type Broker struct {
 	// retried unless listed. Default: every 4xx but 401, 403, 404, 408 and
 	// 429 (a rotated key or a route not deployed yet is retried).
 	PermanentStatus []int `yaml:"permanent_status"`
+
+	// Format is how messages go on the wire: "outbox" (the publisher's own
+	// layout, see docs/formats.md) or "cloudevents" (CloudEvents 1.0, see
+	// publisher/cepub). A route may choose its own. Default: "outbox".
+	Format string `yaml:"format"`
+	// CloudEventsMode is "binary" (attributes in the binding's headers) or
+	// "structured" (an application/cloudevents+json payload) for format
+	// cloudevents. Binary needs headers: not on redis:// or mqtt:// (MQTT
+	// 3.1.1), nor with batch. Default: binary, structured for redis:// and
+	// mqtt://.
+	CloudEventsMode string `yaml:"cloudevents_mode"`
 }
 
 // Route sends matching messages to a broker.
@@ -372,6 +388,14 @@ type Route struct {
 	// (attempts given back, the relay pauses and probes); "dead" marks it
 	// dead at its first attempt.
 	Unroutable string `yaml:"unroutable"`
+	// Format overrides the broker's format ("outbox" or "cloudevents") for
+	// this route's messages. A webhook or MQTT broker sends one format:
+	// give a route with another one a broker entry of its own (the same
+	// URL). Default: the broker's.
+	Format string `yaml:"format"`
+	// CloudEventsMode overrides the broker's cloudevents_mode ("binary" or
+	// "structured") for this route's messages. Default: the broker's.
+	CloudEventsMode string `yaml:"cloudevents_mode"`
 }
 
 // UnroutableDead reports whether the route marks an unroutable message dead
@@ -715,6 +739,64 @@ func (c *Config) EffectiveDefaultRoute() *Route {
 		return &Route{Broker: b[0].Name}
 	}
 	return nil
+}
+
+// Message formats and CloudEvents modes of brokers and routes.
+const (
+	FormatOutbox          = "outbox"
+	FormatCloudEvents     = "cloudevents"
+	CloudEventsBinary     = "binary"
+	CloudEventsStructured = "structured"
+)
+
+// EffectiveCloudEventsSource returns CloudEventsSource, or "/outbox/" and
+// the table.
+func (c *Config) EffectiveCloudEventsSource() string {
+	if c.CloudEventsSource != "" {
+		return c.CloudEventsSource
+	}
+	return "/outbox/" + c.Table
+}
+
+// CloudEventsBinding returns the CloudEvents protocol binding of a broker
+// URL scheme: cepub.None for redis and for an unknown scheme.
+func CloudEventsBinding(scheme string) cepub.Binding {
+	switch scheme {
+	case "http", "https":
+		return cepub.HTTP
+	case "kafka":
+		return cepub.Kafka
+	case "amqp", "amqps":
+		return cepub.AMQP
+	case "nats":
+		return cepub.NATS
+	case "mqtt", "mqtts":
+		return cepub.MQTT
+	}
+	return cepub.None
+}
+
+// Output is how one route's messages go on the wire: a format and, for
+// CloudEvents, a mode.
+type Output struct {
+	Format string // FormatOutbox or FormatCloudEvents
+	Mode   string // CloudEventsBinary or CloudEventsStructured; "" with FormatOutbox
+}
+
+// RouteOutput returns the format and mode of route r's messages on broker
+// b: the route's own, else the broker's, else the defaults (outbox;
+// binary where the broker's binding has it, else structured).
+func RouteOutput(r *Route, b *Broker) Output {
+	o := Output{Format: cmp.Or(r.Format, b.Format, FormatOutbox)}
+	if o.Format != FormatCloudEvents {
+		return o
+	}
+	def := CloudEventsStructured
+	if CloudEventsBinding(b.URL.Scheme()).Binary() {
+		def = CloudEventsBinary
+	}
+	o.Mode = cmp.Or(r.CloudEventsMode, b.CloudEventsMode, def)
+	return o
 }
 
 // EffectivePrefix returns the broker's Prefix, or its scheme's default.

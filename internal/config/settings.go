@@ -37,6 +37,8 @@ var fields = []field{
 		func(c *Config) any { return &c.DB }},
 	{Setting{Key: "table", Usage: "the outbox table's `NAME` (name or schema.name; lower case on PostgreSQL)"},
 		func(c *Config) any { return &c.Table }},
+	{Setting{Key: "cloudevents_source", Usage: "the source `URI` of the CloudEvents the relay sends (format: cloudevents); default /outbox/ and the table"},
+		func(c *Config) any { return &c.CloudEventsSource }},
 	{Setting{Key: "db_max_conns", Usage: fmt.Sprintf("open at most `N` database connections; 0 = %d per relay loop (max_in_flight with held_claims) + %d", ConnsPerRelay, SpareConns)},
 		func(c *Config) any { return &c.DBMaxConns }},
 	{Setting{Key: "broker", Usage: "broker `URL` (nats://, kafka://, amqp://, redis://, http(s)://, mqtt://) that gets every message; the config file can name several"},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/publisher/cepub"
 	"github.com/outboxkit/outbox/publisher/webhookpub"
 	"github.com/outboxkit/outbox/store/pgcdc"
 )
@@ -228,6 +229,7 @@ func (c *Config) validateBrokers(p *problems) {
 		}
 		validateRoute(p, "default_route", r, names)
 	}
+	c.validateOutputs(p, brokers)
 	if len(brokers) > 1 && len(c.Routes) == 0 && c.DefaultRoute == nil {
 		p.add("routes", "%d brokers but no routes and no default_route: say which messages go where", len(brokers))
 	}
@@ -330,6 +332,85 @@ func validateBrokerValues(p *problems, key string, b *Broker) {
 			p.add(key+".permanent_status", "%d is not a status code from 300 to 599", code)
 		}
 	}
+}
+
+// validateOutputs checks the format and CloudEvents mode of every broker and
+// route: known values, and a combination the broker can carry.
+func (c *Config) validateOutputs(p *problems, brokers []Broker) {
+	byName := make(map[string]*Broker, len(brokers))
+	for i := range brokers {
+		byName[brokers[i].Name] = &brokers[i]
+	}
+	type use struct {
+		key string
+		out Output
+	}
+	first := make(map[string]use) // a webhook or MQTT broker's first format
+	// check checks route r (key) on broker b; a route that takes messages
+	// (not a broker's own settings) also counts towards its broker's formats.
+	check := func(key string, r *Route, b *Broker, takes bool) {
+		format, mode := r.Format, r.CloudEventsMode
+		if !takes {
+			format, mode = b.Format, b.CloudEventsMode
+		}
+		if !validOutput(p, key, format, mode) {
+			return
+		}
+		o := RouteOutput(r, b)
+		scheme := b.URL.Scheme()
+		own := !takes || r.Format != "" || r.CloudEventsMode != "" // else the broker's check said it
+		switch {
+		case !own:
+		case o.Format != FormatCloudEvents && cmp.Or(r.CloudEventsMode, b.CloudEventsMode) != "":
+			p.add(key+".cloudevents_mode", "is for format: %s, and this one is %s", FormatCloudEvents, o.Format)
+		case o.Mode == CloudEventsBinary && !CloudEventsBinding(scheme).Binary():
+			p.add(key+".cloudevents_mode", "binary mode puts the attributes in headers, which %s has not "+
+				"(MQTT 3.1.1 has no user properties; Redis no CloudEvents binding): use %s", scheme, CloudEventsStructured)
+		case o.Format == FormatCloudEvents && b.Batch > 0:
+			p.add(key+".format", "%s sends one event per webhook request, and broker %s batches: drop its batch",
+				FormatCloudEvents, b.Name)
+		}
+		if !takes || CloudEventsBinding(scheme) != cepub.HTTP && CloudEventsBinding(scheme) != cepub.MQTT {
+			return
+		}
+		// webhookpub and mqttpub send envelopes or raw payloads, one of the two.
+		if u, ok := first[b.Name]; !ok {
+			first[b.Name] = use{key, o}
+		} else if (u.out.Format == FormatCloudEvents) != (o.Format == FormatCloudEvents) {
+			p.add(key+".format", "broker %s (%s) sends one format, and %s gives it %s: give this route a broker "+
+				"entry of its own with the same URL", b.Name, scheme, u.key, u.out.Format)
+		}
+	}
+	for i := range brokers {
+		b := &brokers[i]
+		key := fmt.Sprintf("brokers[%d]", i)
+		if !c.Broker.IsZero() {
+			key = "broker"
+		}
+		check(key, &Route{}, b, false)
+	}
+	for i := range c.Routes {
+		if b := byName[c.Routes[i].Broker]; b != nil {
+			check(fmt.Sprintf("routes[%d]", i), &c.Routes[i], b, true)
+		}
+	}
+	if r := c.DefaultRoute; r != nil && byName[r.Broker] != nil {
+		check("default_route", r, byName[r.Broker], true)
+	}
+}
+
+// validOutput checks that format and mode are known values or empty.
+func validOutput(p *problems, key, format, mode string) bool {
+	ok := true
+	if format != "" && format != FormatOutbox && format != FormatCloudEvents {
+		p.add(key+".format", "%q is not %s or %s", format, FormatOutbox, FormatCloudEvents)
+		ok = false
+	}
+	if mode != "" && mode != CloudEventsBinary && mode != CloudEventsStructured {
+		p.add(key+".cloudevents_mode", "%q is not %s or %s", mode, CloudEventsBinary, CloudEventsStructured)
+		ok = false
+	}
+	return ok
 }
 
 func validateRoute(p *problems, key string, r *Route, brokers map[string]bool) {

@@ -28,6 +28,7 @@ type brokerParams struct {
 	publishTimeout time.Duration
 	log            *slog.Logger
 	red            *redact.Redactor // what every publish and ping error is cleaned of
+	raw            map[string]bool  // brokers whose webhook or MQTT publisher sends payloads raw (CloudEvents)
 }
 
 // openBroker is an open destination: its publisher and what closes it.
@@ -75,7 +76,7 @@ func openBrokers(ctx context.Context, brokers []config.Broker, p brokerParams) (
 			return fail(fmt.Errorf("broker %s: unknown scheme %q; want %s", b.Name, scheme, schemes(brokerOpeners)))
 		}
 		pub, closeFn, err := open(ctx, b, brokerParams{publishTimeout: p.publishTimeout,
-			log: p.log.With("broker", b.Name)})
+			log: p.log.With("broker", b.Name), raw: p.raw})
 		if err != nil {
 			return fail(scrub(fmt.Errorf("broker %s: %w", b.Name, err), brokerSecrets(b)...))
 		}
@@ -198,8 +199,8 @@ func openRedis(_ context.Context, b *config.Broker, _ brokerParams) (outbox.Publ
 
 // openWebhook POSTs to the URL ({destination} in it is replaced by each
 // message's destination), signing with the secret when set.
-func openWebhook(_ context.Context, b *config.Broker, _ brokerParams) (outbox.Publisher, func(), error) {
-	var opts []webhookpub.Option
+func openWebhook(_ context.Context, b *config.Broker, p brokerParams) (outbox.Publisher, func(), error) {
+	opts := []webhookpub.Option{webhookpub.WithRawBody(p.raw[b.Name])}
 	if !b.Secret.IsZero() {
 		opts = append(opts, webhookpub.WithSecret(b.Secret.Value()))
 	}
@@ -224,14 +225,14 @@ func openWebhook(_ context.Context, b *config.Broker, _ brokerParams) (outbox.Pu
 
 // openMQTT connects a Paho client (QoS 1, reconnecting on its own) and
 // publishes to prefix + destination.
-func openMQTT(ctx context.Context, b *config.Broker, _ brokerParams) (outbox.Publisher, func(), error) {
+func openMQTT(ctx context.Context, b *config.Broker, p brokerParams) (outbox.Publisher, func(), error) {
 	cctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	client, err := mqttpub.Connect(cctx, b.URL.Value())
 	if err != nil {
 		return nil, nil, err
 	}
-	pub, err := mqttpub.New(client, mqttpub.WithTopicPrefix(b.EffectivePrefix()))
+	pub, err := mqttpub.New(client, mqttpub.WithTopicPrefix(b.EffectivePrefix()), mqttpub.WithRawPayload(p.raw[b.Name]))
 	if err != nil {
 		client.Disconnect(250)
 		return nil, nil, err

@@ -165,7 +165,8 @@ func (d *Daemon) run(ctx context.Context) error {
 	}
 	d.warnMissingIndexes(ctx, db.Store)
 
-	brokers, err := openBrokers(ctx, cfg.EffectiveBrokers(), brokerParams{publishTimeout: cfg.PublishTimeout, log: d.log, red: d.red})
+	brokers, err := openBrokers(ctx, cfg.EffectiveBrokers(), brokerParams{publishTimeout: cfg.PublishTimeout, log: d.log, red: d.red,
+		raw: rawBrokers(cfg)})
 	if err != nil {
 		return err
 	}

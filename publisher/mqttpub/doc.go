@@ -14,11 +14,19 @@
 //
 //	{"id": "<message id>", "type": "<event type>", "topic": "<destination>",
 //	 "key": "<partition key>", "aggregate": {"type": "...", "id": "..."},
-//	 "payload": <the payload, byte for byte>,
+//	 "content_type": "<the payload's media type>",
+//	 "payload": <a JSON payload, byte for byte>,
+//	 (or "payload_base64": "<any other payload, standard base64>"),
 //	 "headers": {"outbox-message-id": "...", "traceparent": "...", ...},
 //	 "created_at": "<RFC 3339, when known>"}
 //
 // Consumers deduplicate on "id": QoS 1 is at least once, and so is the outbox.
+//
+// [WithRawPayload] sends the payload alone instead, for consumers that read
+// it as it is. The paho client speaks MQTT 3.1.1, which has no headers and
+// no content type property: the MQTT 5 content type and user properties
+// would carry them, but this client cannot send MQTT 5, so a raw message
+// carries nothing but its topic and payload.
 //
 // # Results
 //

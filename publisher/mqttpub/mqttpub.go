@@ -1,7 +1,6 @@
 package mqttpub
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +18,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/envelope"
 )
 
 // DefaultMaxMessageSize is the largest envelope Publish sends by default:
@@ -52,6 +51,7 @@ type config struct {
 	topicPrefix    string
 	maxMessageSize int
 	retained       bool
+	raw            bool
 }
 
 func (c *config) validate() error {
@@ -73,7 +73,7 @@ type Option func(*config)
 // MQTT topic, e.g. "outbox/" + "ORDER_PAID". Default: "" (the destination as is).
 func WithTopicPrefix(prefix string) Option { return func(c *config) { c.topicPrefix = prefix } }
 
-// WithMaxMessageSize sets the largest envelope (the JSON body sent) Publish
+// WithMaxMessageSize sets the largest envelope (the body sent) Publish
 // sends; a larger one fails alone with [outbox.Permanent]. Set it to the
 // broker's limit (Mosquitto's message_size_limit). Default:
 // DefaultMaxMessageSize (MQTT's own limit).
@@ -82,6 +82,15 @@ func WithMaxMessageSize(n int) Option { return func(c *config) { c.maxMessageSiz
 // WithRetained sets the retain flag, so the broker keeps the last message of
 // each topic for new subscribers. Default: false.
 func WithRetained(on bool) Option { return func(c *config) { c.retained = on } }
+
+// WithRawPayload publishes each message's payload itself, byte for byte, as
+// the MQTT message, for consumers that are not ours (a CloudEvents
+// structured event, a Protobuf reader). MQTT 3.1.1, which the paho client
+// speaks, has no headers and no content type property (MQTT 5 has both),
+// so nothing but the payload and the topic arrives: no message id to
+// deduplicate on, no content type, no trace context, unless the payload
+// holds them. Default: false (the body is an [Envelope]).
+func WithRawPayload(on bool) Option { return func(c *config) { c.raw = on } }
 
 // New returns a Publisher that publishes through client, which the caller
 // built and connected (see [Connect]) and disconnects. Give it automatic
@@ -120,7 +129,8 @@ func (p *Publisher) Topic(m *outbox.Message) string { return p.cfg.topicPrefix +
 // persistence settings).
 //
 // MQTT 3.1.1 has no headers, so the body is a JSON [Envelope] that carries
-// the message id, event type, aggregate, key, headers and the payload.
+// the message id, event type, aggregate, key, headers, content type and the
+// payload (or the payload alone, [WithRawPayload]).
 //
 // Errors: an invalid topic or an envelope over [WithMaxMessageSize] is
 // [outbox.Permanent]; a client that is not connected, or a connection lost
@@ -223,10 +233,13 @@ func (p *Publisher) encode(m *outbox.Message) (string, []byte, error) {
 	switch {
 	case topic == "", len(topic) > 65535, strings.ContainsAny(topic, "+#\x00"):
 		return "", nil, outbox.Permanent(fmt.Errorf("mqttpub: %q is not a topic one can publish to", topic))
-	case !json.Valid(m.Payload):
-		return "", nil, outbox.Permanent(errors.New("mqttpub: payload is not valid JSON"))
+	case m.JSONPayload() && !json.Valid(m.Payload):
+		return "", nil, outbox.Permanent(fmt.Errorf("mqttpub: payload is not valid JSON, which content type %s requires", m.MediaType()))
 	}
-	body := envelope(m)
+	body := m.Payload
+	if !p.cfg.raw {
+		body = envelope.Encode(m)
+	}
 	if len(body) > p.cfg.maxMessageSize {
 		return "", nil, outbox.Permanent(fmt.Errorf("mqttpub: message of %d bytes is over the limit of %d", len(body), p.cfg.maxMessageSize))
 	}
@@ -276,55 +289,18 @@ func (p *Publisher) Ping(ctx context.Context) error {
 // pingTopic is the topic Ping unsubscribes from.
 const pingTopic = "outbox-ping/never-subscribed"
 
-// Envelope is the JSON body of every MQTT message, since MQTT 3.1.1 has no
-// headers. Consumers may decode into it.
-type Envelope struct {
-	ID        string            `json:"id"`                   // the message id
-	Type      string            `json:"type"`                 // the event type
-	Topic     string            `json:"topic"`                // the destination (before any prefix)
-	Key       string            `json:"key"`                  // the partition key (aggregate id unless set)
-	Aggregate Aggregate         `json:"aggregate"`            // the business entity
-	Payload   json.RawMessage   `json:"payload"`              // the payload, byte for byte
-	Headers   map[string]string `json:"headers"`              // outbox.Message.StandardHeaders
-	CreatedAt *time.Time        `json:"created_at,omitempty"` // when written; absent when unknown
-}
+// Envelope is the JSON body of every MQTT message unless
+// [WithRawPayload], since MQTT 3.1.1 has no headers. Consumers may decode
+// into it. Its fields: id (the message id), type (the event type), topic
+// (the destination, before any prefix), key (the partition key), aggregate,
+// content_type (the payload's media type), payload (a JSON payload, byte for
+// byte) or payload_base64 (any other payload, standard base64), headers
+// ([outbox.Message.StandardHeaders]) and created_at (absent when unknown).
+// Envelope.Body returns the payload's bytes from whichever field holds them.
+type Envelope = envelope.Envelope
 
 // Aggregate is the entity an [Envelope] is about.
-type Aggregate struct {
-	Type string `json:"type"`
-	ID   string `json:"id"`
-}
-
-// envelope encodes m's Envelope with the payload written as is.
-func envelope(m *outbox.Message) []byte {
-	var b bytes.Buffer
-	field := func(name string, v any) {
-		if b.Len() > 1 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Quote(name))
-		b.WriteByte(':')
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(false)
-		// Strings, maps of strings and times always encode.
-		_ = enc.Encode(v)
-		b.Truncate(b.Len() - 1) // Encode's newline
-	}
-	b.WriteByte('{')
-	field("id", m.MessageID)
-	field("type", m.EventType)
-	field("topic", m.Destination())
-	field("key", m.Key())
-	field("aggregate", Aggregate{Type: m.AggregateType, ID: m.AggregateID})
-	b.WriteString(`,"payload":`)
-	b.Write(m.Payload)
-	field("headers", m.StandardHeaders())
-	if !m.CreatedAt.IsZero() {
-		field("created_at", m.CreatedAt.UTC())
-	}
-	b.WriteByte('}')
-	return b.Bytes()
-}
+type Aggregate = envelope.Aggregate
 
 // ClientOptions turns an MQTT URL into paho client options:
 //

@@ -52,7 +52,8 @@ func subscribe(t *testing.T, topic string) *publishertest.Collector {
 			t.Errorf("bad envelope on %s: %v", msg.Topic(), err)
 			return
 		}
-		out.Add(publishertest.Received{MessageID: e.ID, Key: e.Key, Topic: e.Topic, Headers: e.Headers, Payload: e.Payload})
+		out.Add(publishertest.Received{MessageID: e.ID, Key: e.Key, Topic: e.Topic, Headers: e.Headers,
+			Payload: e.Body(), ContentType: e.ContentType})
 	})
 	require.True(t, tok.WaitTimeout(10*time.Second))
 	require.NoError(t, tok.Error())
@@ -83,6 +84,7 @@ func TestSuite(t *testing.T) {
 	publishertest.Run(t, publishertest.Features{
 		OrderedPerKey:   true, // one topic, one connection, QoS 1 in order
 		Headers:         true, // in the envelope
+		ContentType:     true, // in the envelope, with payload_base64
 		MaxPayload:      limit - 4096,
 		TooLargePayload: limit + 1, // refused by WithMaxMessageSize
 	}, publishertest.Harness{
@@ -143,8 +145,8 @@ func TestEnvelope(t *testing.T) {
 		require.NoError(t, json.Unmarshal(msg.Payload(), &e))
 		require.Equal(t, mqttpub.Envelope{
 			ID: m.MessageID, Type: "ORDER_PAID", Topic: topic, Key: "pk",
-			Aggregate: mqttpub.Aggregate{Type: "order", ID: "ord-1"},
-			Payload:   m.Payload, Headers: m.StandardHeaders(), CreatedAt: &m.CreatedAt,
+			Aggregate: mqttpub.Aggregate{Type: "order", ID: "ord-1"}, ContentType: "application/json",
+			Payload: m.Payload, Headers: m.StandardHeaders(), CreatedAt: &m.CreatedAt,
 		}, e)
 		require.Contains(t, string(msg.Payload()), `"payload":{"a": "<&>"}`)
 	case <-time.After(10 * time.Second):
@@ -195,4 +197,26 @@ func TestClientOptions(t *testing.T) {
 	defer c.Disconnect(100)
 	p := newPublisher(t, c)
 	require.NoError(t, p.Ping(ctx))
+}
+
+func TestRawPayload(t *testing.T) {
+	t.Parallel()
+	topic := testsvc.Name(t)
+	sub := connect(t, testsvc.MQTTURL(t))
+	got := make(chan mqtt.Message, 1)
+	tok := sub.Subscribe(topic, 1, func(_ mqtt.Client, m mqtt.Message) { got <- m })
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	p := newPublisher(t, connect(t, testsvc.MQTTURL(t)), mqttpub.WithRawPayload(true))
+
+	m := &outbox.Message{
+		MessageID: outbox.NewMessageID(), AggregateType: "order", AggregateID: "ord-1", EventType: "ORDER_PAID",
+		Topic: topic, ContentType: "application/x-protobuf", Payload: []byte{0x08, 0x96, 0x01, 0xff, 0x00},
+	}
+	require.NoError(t, p.Publish(t.Context(), []*outbox.Message{m})[0])
+	select {
+	case msg := <-got:
+		require.Equal(t, m.Payload, msg.Payload(), "the payload alone, byte for byte")
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing received")
+	}
 }

@@ -14,19 +14,27 @@
 //	  "topic": "ORDER_PAID",                  // the destination
 //	  "key": "42",                            // the partition key (aggregate id unless set)
 //	  "aggregate": {"type": "order", "id": "42"},
-//	  "payload": {"order_id": 42},            // the payload, byte for byte
+//	  "content_type": "application/json",     // the payload's media type
+//	  "payload": {"order_id": 42},            // a JSON payload, byte for byte
+//	  // or, for any other content type (Protobuf, Avro, text):
+//	  // "payload_base64": "CJYB...",         // the payload in standard base64
 //	  "headers": {"outbox-message-id": "...", "traceparent": "...", ...},
 //	  "created_at": "2025-05-06T05:08:09Z"    // absent when unknown
 //	}
 //
 // and the request headers are:
 //
-//	Content-Type: application/json
+//	Content-Type: application/json  (WithRawBody: the message's content type)
 //	Idempotency-Key: <message id>  (a batch: "batch_" + a hash of its ids)
 //	webhook-id: <the same>
 //	webhook-timestamp: <Unix seconds>
 //	webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">  (with WithSecret)
 //	traceparent, tracestate: the message's trace context, when it has one
+//
+// With [WithRawBody] the body is the payload itself, byte for byte, the
+// Content-Type is the message's content type, and every standard header
+// (outbox-message-id, outbox-event-type, ..., traceparent and the writer's
+// own) is a request header; the other headers above stay.
 //
 // Receivers check a request with [Verify] (signature and timestamp) and drop
 // repeats by Idempotency-Key, or by the envelope's id: the outbox delivers at

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/envelope"
 	"github.com/outboxkit/outbox/internal/redact"
 )
 
@@ -82,6 +83,7 @@ type config struct {
 	headers     http.Header
 	errorBody   int
 	permanent   map[int]bool
+	raw         bool
 	now         func() time.Time
 }
 
@@ -117,6 +119,9 @@ func (c *config) validate() error {
 	}
 	if c.batch < 0 {
 		errs = append(errs, fmt.Errorf("WithBatch: %d is negative", c.batch))
+	}
+	if c.raw && c.batch > 0 {
+		errs = append(errs, errors.New("WithRawBody: cannot be used with WithBatch (a raw body holds one message)"))
 	}
 	if c.errorBody < 0 {
 		errs = append(errs, fmt.Errorf("WithErrorBodyBytes: %d is negative", c.errorBody))
@@ -171,6 +176,18 @@ func WithHeader(name, value string) Option {
 		c.headers.Add(name, value)
 	}
 }
+
+// WithRawBody makes each request's body the payload itself, byte for byte,
+// with the message's content type ([outbox.Message.MediaType]) as
+// Content-Type and the metadata as request headers: every standard header
+// ([outbox.Message.StandardHeaders]: outbox-message-id, outbox-event-type,
+// ..., traceparent, tracestate and the writer's own), besides those every
+// request has. A receiver that is not ours (a CloudEvents sink, a Protobuf
+// endpoint) then reads the body as it is. A message whose header cannot be
+// an HTTP header (a name that is not a token, a control character in a
+// value) fails alone, permanently. It cannot be combined with [WithBatch].
+// Default: false (the body is an [Envelope]).
+func WithRawBody(on bool) Option { return func(c *config) { c.raw = on } }
 
 // WithErrorBodyBytes sets how many bytes of a refusing response's body the
 // error records. Default: DefaultErrorBodyBytes (512).
@@ -304,8 +321,8 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error
 		switch {
 		case m == nil:
 			errs[i] = outbox.Permanent(errors.New("webhookpub: nil message"))
-		case !json.Valid(m.Payload):
-			errs[i] = outbox.Permanent(errors.New("webhookpub: payload is not valid JSON"))
+		case m.JSONPayload() && !json.Valid(m.Payload):
+			errs[i] = outbox.Permanent(fmt.Errorf("webhookpub: payload is not valid JSON, which content type %s requires", m.MediaType()))
 		case p.dest:
 			errs[i] = checkDestination(m.Destination())
 		}
@@ -376,8 +393,10 @@ func (p *Publisher) batches(msgs []*outbox.Message, errs []error) [][]int {
 func (p *Publisher) sendInOrder(ctx context.Context, msgs []*outbox.Message, idx []int, errs []error) {
 	for n, i := range idx {
 		m := msgs[i]
-		body := envelope(m)
-		err := p.post(ctx, p.URL(m), m.MessageID, body, traceHeaders(m))
+		body, extra, err := p.request(m)
+		if err == nil {
+			err = p.post(ctx, p.URL(m), m.MessageID, body, extra)
+		}
 		errs[i] = err
 		if err != nil && !outbox.IsPermanent(err) {
 			// Sending the key's later messages now would put them before
@@ -404,7 +423,7 @@ func (p *Publisher) sendBatches(ctx context.Context, msgs []*outbox.Message, idx
 			if n > 0 {
 				body.WriteByte(',')
 			}
-			body.Write(envelope(msgs[i]))
+			body.Write(envelope.Encode(msgs[i]))
 			ids.Write([]byte(msgs[i].MessageID))
 			ids.Write([]byte{0})
 		}
@@ -412,7 +431,7 @@ func (p *Publisher) sendBatches(ctx context.Context, msgs []*outbox.Message, idx
 		// The same messages in the same order get the same id, so a
 		// receiver can drop a re-sent batch as a whole.
 		id := "batch_" + hex.EncodeToString(ids.Sum(nil))[:32]
-		err := p.post(ctx, p.URL(msgs[chunk[0]]), id, body.Bytes(), nil)
+		err := p.post(ctx, p.URL(msgs[chunk[0]]), id, body.Bytes(), jsonBody)
 		for _, i := range chunk {
 			errs[i] = err
 		}
@@ -426,16 +445,58 @@ func (p *Publisher) sendBatches(ctx context.Context, msgs []*outbox.Message, idx
 	}
 }
 
-// traceHeaders returns m's W3C trace context as HTTP headers, so the
-// receiver's spans join the trace.
-func traceHeaders(m *outbox.Message) http.Header {
+// jsonBody is the Content-Type of a request that carries envelopes.
+var jsonBody = http.Header{"Content-Type": {"application/json"}}
+
+// request returns the body and the headers (besides the publisher's own)
+// of m's one-message request: its [Envelope] with m's W3C trace context, so
+// the receiver's spans join the trace, or with [WithRawBody] the payload,
+// its content type and every standard header. A header that HTTP cannot
+// carry is a permanent error for m.
+func (p *Publisher) request(m *outbox.Message) ([]byte, http.Header, error) {
 	h := make(http.Header)
-	for _, k := range []string{outbox.HeaderTraceparent, outbox.HeaderTracestate} {
-		if v := m.Headers[k]; v != "" {
-			h.Set(k, v)
+	if !p.cfg.raw {
+		h.Set("Content-Type", "application/json")
+		for _, k := range []string{outbox.HeaderTraceparent, outbox.HeaderTracestate} {
+			if v := m.Headers[k]; v != "" {
+				h.Set(k, v)
+			}
+		}
+		return envelope.Encode(m), h, nil
+	}
+	for k, v := range m.StandardHeadersSeq() {
+		if !validHeaderName(k) || !validHeaderValue(v) {
+			return nil, nil, outbox.Permanent(fmt.Errorf("webhookpub: header %q cannot be sent as an HTTP header: "+
+				"its name is not a token or its value holds a control character", k))
+		}
+		h[http.CanonicalHeaderKey(k)] = []string{v}
+	}
+	h.Set("Content-Type", m.MediaType())
+	return m.Payload, h, nil
+}
+
+// validHeaderName reports whether k is an HTTP token (RFC 9110, 5.6.2).
+func validHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := range len(k) {
+		c := k[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
 		}
 	}
-	return h
+	return true
+}
+
+// validHeaderValue reports whether v holds no control character but tab.
+func validHeaderValue(v string) bool {
+	for i := range len(v) {
+		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // post sends one request within ctx and a concurrency slot, and classifies
@@ -459,7 +520,6 @@ func (p *Publisher) post(ctx context.Context, target, id string, body []byte, ex
 		req.Header[k] = vs
 	}
 	ts := p.cfg.now().Unix()
-	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "outbox-webhookpub")
 	req.Header.Set(HeaderIdempotencyKey, id)
 	req.Header.Set(HeaderWebhookID, id)
@@ -552,62 +612,15 @@ func (p *Publisher) Ping(ctx context.Context) error {
 }
 
 // Envelope is the JSON body of a request (or each element of a batched
-// request's array). Receivers may decode into it.
-type Envelope struct {
-	// ID is the message id; the same as the webhook-id and Idempotency-Key
-	// headers of a one-message request.
-	ID string `json:"id"`
-	// Type is the event type.
-	Type string `json:"type"`
-	// Topic is the message's destination (its Topic, else its event type).
-	Topic string `json:"topic"`
-	// Key is the partition key: the aggregate id unless one was set.
-	Key string `json:"key"`
-	// Aggregate names the business entity.
-	Aggregate Aggregate `json:"aggregate"`
-	// Payload is the message body, byte for byte.
-	Payload json.RawMessage `json:"payload"`
-	// Headers are outbox.Message.StandardHeaders: the outbox-* headers,
-	// traceparent, tracestate and the writer's own.
-	Headers map[string]string `json:"headers"`
-	// CreatedAt is when the message was written; absent when unknown.
-	CreatedAt *time.Time `json:"created_at,omitempty"`
-}
+// request's array) in the default mode; receivers may decode into it. Its
+// fields: id (the message id, the same as the webhook-id and
+// Idempotency-Key headers of a one-message request), type (the event type),
+// topic (the destination), key (the partition key), aggregate, content_type
+// (the payload's media type), payload (a JSON payload, byte for byte) or
+// payload_base64 (any other payload, standard base64), headers
+// ([outbox.Message.StandardHeaders]) and created_at (absent when unknown).
+// Envelope.Body returns the payload's bytes from whichever field holds them.
+type Envelope = envelope.Envelope
 
 // Aggregate is the entity an [Envelope] is about.
-type Aggregate struct {
-	Type string `json:"type"`
-	ID   string `json:"id"`
-}
-
-// envelope encodes m's [Envelope]. It writes the payload as is (encoding/json
-// would rewrite it: escaping <, > and &), so receivers get it byte for byte.
-func envelope(m *outbox.Message) []byte {
-	var b bytes.Buffer
-	field := func(name string, v any) {
-		if b.Len() > 1 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Quote(name))
-		b.WriteByte(':')
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(false)
-		// Strings, maps of strings and times always encode.
-		_ = enc.Encode(v)
-		b.Truncate(b.Len() - 1) // Encode's newline
-	}
-	b.WriteByte('{')
-	field("id", m.MessageID)
-	field("type", m.EventType)
-	field("topic", m.Destination())
-	field("key", m.Key())
-	field("aggregate", Aggregate{Type: m.AggregateType, ID: m.AggregateID})
-	b.WriteString(`,"payload":`)
-	b.Write(m.Payload)
-	field("headers", m.StandardHeaders())
-	if !m.CreatedAt.IsZero() {
-		field("created_at", m.CreatedAt.UTC())
-	}
-	b.WriteByte('}')
-	return b.Bytes()
-}
+type Aggregate = envelope.Aggregate

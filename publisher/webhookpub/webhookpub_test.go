@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +44,7 @@ type request struct {
 type receiver struct {
 	server  *httptest.Server
 	maxBody int
+	raw     bool // requests are WithRawBody: the envelope is rebuilt from the headers
 	status  func(webhookpub.Envelope) int
 	out     publishertest.Collector
 
@@ -94,7 +96,9 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	var envs []webhookpub.Envelope
-	if bytes.HasPrefix(body, []byte("[")) {
+	if r.raw {
+		envs = []webhookpub.Envelope{rawEnvelope(req, body)}
+	} else if bytes.HasPrefix(body, []byte("[")) {
 		err = json.Unmarshal(body, &envs)
 	} else {
 		var e webhookpub.Envelope
@@ -125,10 +129,30 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	for _, e := range envs {
 		r.out.Add(publishertest.Received{
-			MessageID: e.ID, Key: e.Key, Topic: e.Topic, Headers: e.Headers, Payload: e.Payload,
+			MessageID: e.ID, Key: e.Key, Topic: e.Topic, Headers: e.Headers, Payload: e.Body(),
+			ContentType: e.ContentType,
 		})
 	}
 	w.WriteHeader(status)
+}
+
+// rawEnvelope rebuilds what a WithRawBody request carries: the metadata
+// from its headers (names lower-cased), the topic from the last segment of
+// its path.
+func rawEnvelope(req *http.Request, body []byte) webhookpub.Envelope {
+	h := make(map[string]string, len(req.Header))
+	for k := range req.Header {
+		h[strings.ToLower(k)] = req.Header.Get(k)
+	}
+	key := h[outbox.HeaderPartitionKey]
+	if key == "" {
+		key = h[outbox.HeaderAggregateID]
+	}
+	return webhookpub.Envelope{
+		ID: h[outbox.HeaderMessageID], Type: h[outbox.HeaderEventType], Topic: path.Base(req.URL.Path), Key: key,
+		Aggregate:   webhookpub.Aggregate{Type: h[outbox.HeaderAggregateType], ID: h[outbox.HeaderAggregateID]},
+		ContentType: req.Header.Get("Content-Type"), Payload: body, Headers: h,
+	}
 }
 
 // set changes the receiver's answers or gate between requests.
@@ -166,24 +190,30 @@ func TestSuite(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts []webhookpub.Option
+		raw  bool
 		f    publishertest.Features
 	}{
-		{"PerMessage", nil, publishertest.Features{
-			OrderedPerKey: true, Headers: true,
+		{"PerMessage", nil, false, publishertest.Features{
+			OrderedPerKey: true, Headers: true, ContentType: true,
 			// The receiver refuses bodies over 1 MiB with 413; the envelope
 			// around the payload takes well under 4 KiB.
 			MaxPayload: limit - 4096, TooLargePayload: limit + 1,
 		}},
 		// A refused array fails all its messages, so the too-large case,
 		// which wants the batch-mates through, does not apply.
-		{"Batched", []webhookpub.Option{webhookpub.WithBatch(7)}, publishertest.Features{
-			OrderedPerKey: true, Headers: true, MaxPayload: limit - 4096,
+		{"Batched", []webhookpub.Option{webhookpub.WithBatch(7)}, false, publishertest.Features{
+			OrderedPerKey: true, Headers: true, ContentType: true, MaxPayload: limit - 4096,
+		}},
+		{"RawBody", []webhookpub.Option{webhookpub.WithRawBody(true)}, true, publishertest.Features{
+			OrderedPerKey: true, Headers: true, ContentType: true,
+			MaxPayload: limit - 4096, TooLargePayload: limit + 1,
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			publishertest.Run(t, tc.f, publishertest.Harness{
 				New: func(t *testing.T) publishertest.Dest {
 					r := newReceiver(t, limit)
+					r.raw = tc.raw
 					return publishertest.Dest{
 						Publisher: newPublisher(t, r.server.URL+"/hooks/{destination}", tc.opts...),
 						Receiver:  &r.out,
@@ -192,10 +222,11 @@ func TestSuite(t *testing.T) {
 				},
 				Outage: func(t *testing.T) publishertest.OutageDest {
 					r := newReceiver(t, limit)
+					r.raw = tc.raw
 					proxy := faultproxy.New(t, r.server.Listener.Addr().String())
 					return publishertest.OutageDest{
 						Dest: publishertest.Dest{
-							Publisher: newPublisher(t, "http://"+proxy.Addr()+"/hooks", tc.opts...),
+							Publisher: newPublisher(t, "http://"+proxy.Addr()+"/hooks/{destination}", tc.opts...),
 							Receiver:  &r.out,
 							Topic:     "orders",
 						},
@@ -255,8 +286,8 @@ func TestRequestShape(t *testing.T) {
 
 	require.Equal(t, webhookpub.Envelope{
 		ID: m.MessageID, Type: "ORDER_PAID", Topic: "orders eu?#", Key: "ord-1",
-		Aggregate: webhookpub.Aggregate{Type: "order", ID: "ord-1"},
-		Payload:   m.Payload, Headers: m.StandardHeaders(), CreatedAt: ptr(m.CreatedAt.UTC()),
+		Aggregate: webhookpub.Aggregate{Type: "order", ID: "ord-1"}, ContentType: "application/json",
+		Payload: m.Payload, Headers: m.StandardHeaders(), CreatedAt: ptr(m.CreatedAt.UTC()),
 	}, env)
 	// The payload is in the body byte for byte: no HTML escaping, spaces kept.
 	require.Contains(t, string(reqs[0].body), `"payload":{"html":"<b>&</b>",  "n": 1}`)
@@ -699,4 +730,38 @@ func TestNewValidates(t *testing.T) {
 	m.Payload = json.RawMessage(`{"broken"`)
 	require.True(t, outbox.IsPermanent(p.Publish(t.Context(), []*outbox.Message{m})[0]))
 	require.True(t, errors.Is(p.Publish(t.Context(), []*outbox.Message{nil})[0], outbox.ErrPermanent))
+}
+
+func TestRawBody(t *testing.T) {
+	t.Parallel()
+	r := newReceiver(t, 0)
+	r.raw = true
+	p := newPublisher(t, r.server.URL+"/in/{destination}", webhookpub.WithRawBody(true))
+
+	m := message("ord-1", 0)
+	m.ContentType = "application/x-protobuf"
+	m.Payload = []byte{0x08, 0x96, 0x01, 0xff, 0x00}
+	m.Headers = map[string]string{outbox.HeaderTraceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "x-tenant": "acme"}
+	badName := message("ord-2", 0)
+	badName.Headers = map[string]string{"bad name": "v"}
+	badValue := message("ord-3", 0)
+	badValue.Headers = map[string]string{"x-note": "line\r\nInjected: 1"}
+	errs := p.Publish(t.Context(), []*outbox.Message{m, badName, badValue})
+	require.NoError(t, errs[0])
+	for _, err := range errs[1:] {
+		require.True(t, outbox.IsPermanent(err), "a header HTTP cannot carry is permanent: %v", err)
+	}
+
+	reqs := r.seen()
+	require.Len(t, reqs, 1)
+	h := reqs[0].header
+	require.Equal(t, m.Payload, reqs[0].body, "the body is the payload, byte for byte")
+	require.Equal(t, "application/x-protobuf", h.Get("Content-Type"))
+	require.Equal(t, m.MessageID, h.Get("Idempotency-Key"))
+	for k, v := range m.StandardHeaders() {
+		require.Equal(t, v, h.Get(k), "header %s", k)
+	}
+
+	_, err := webhookpub.New(r.server.URL, webhookpub.WithRawBody(true), webhookpub.WithBatch(2))
+	require.ErrorContains(t, err, "WithRawBody")
 }
