@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/colmap"
 	"github.com/outboxkit/outbox/publisher/cepub"
 )
 
@@ -232,6 +233,26 @@ type Config struct {
 	// again at attempt 1, so one that crashes the relay every time is never
 	// marked dead. Default: false.
 	CDCMemoryAttempts bool `yaml:"cdc_memory_attempts"`
+	// Columns maps the table contract's columns to the names of a table
+	// whose columns are called otherwise (pgcdc.WithColumns), e.g. the
+	// table of Debezium's outbox event router: {message_id: id,
+	// aggregate_type: aggregatetype, aggregate_id: aggregateid, event_type:
+	// type, payload: payload}. The relay then reads only the mapped columns.
+	// The message columns are required; the state columns (id, status,
+	// retry_count, next_retry_at, created_at, updated_at) are mapped all or
+	// none; without them (created_at alone may be mapped) the table is
+	// log-only: read from the log, never written, dead messages go to
+	// CDCDeadTable. File only (a map), source cdc only: the polling stores
+	// read the contract's names. A mapped column the table lacks stops the
+	// start with the mapping and the table's columns. The scheduled archive
+	// is off with it (it reads the contract's names). Default: none.
+	Columns map[string]string `yaml:"columns,omitempty"`
+	// CDCDeadTable is the table, in the contract's own layout, where the
+	// messages of a log-only table (Columns without state columns) that fail
+	// for good are recorded dead; the daemon creates it at start when it is
+	// missing (as outbox migrate --table would). Default: "" (the table's
+	// name and "_dead").
+	CDCDeadTable string `yaml:"cdc_dead_table"`
 	// DeleteSent deletes published rows instead of marking them sent. Default: false.
 	DeleteSent bool `yaml:"delete_sent"`
 	// ArchiveEvery is the period of the scheduled archive: the daemon takes
@@ -718,7 +739,17 @@ func (c *Config) PoolSize() int {
 
 // ArchiveScheduled says whether `outbox relay` archives on a schedule:
 // ArchiveEvery is set and the relay keeps sent rows (not DeleteSent).
-func (c *Config) ArchiveScheduled() bool { return c.ArchiveEvery > 0 && !c.DeleteSent }
+func (c *Config) ArchiveScheduled() bool {
+	return c.ArchiveEvery > 0 && !c.DeleteSent && len(c.Columns) == 0
+}
+
+// LogOnly reports whether Columns maps a log-only table (no state columns):
+// read from the log, never written to.
+func (c *Config) LogOnly() bool { return colmap.Map(c.Columns).LogOnly() }
+
+// CDCDeadTableName is the dead table of a log-only table: CDCDeadTable, or
+// the table's name and "_dead".
+func (c *Config) CDCDeadTableName() string { return cmp.Or(c.CDCDeadTable, c.Table+"_dead") }
 
 // EffectiveBrokers returns the brokers the config names: Brokers, or the one
 // broker of the Broker shorthand.

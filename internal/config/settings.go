@@ -95,6 +95,8 @@ var fields = []field{
 		func(c *Config) any { return &c.CDCFailoverAfter }},
 	{Setting{Key: "cdc_memory_attempts", Usage: "source cdc: count attempts in memory instead of in the table at each claim (faster with kept rows; a message that crashes the relay every time is then never marked dead; pgcdc.WithTableAttempts)", Bool: true},
 		func(c *Config) any { return &c.CDCMemoryAttempts }},
+	{Setting{Key: "cdc_dead_table", Usage: "source cdc with a log-only columns: mapping: the `TABLE` (contract layout, created at start) for messages that fail for good; empty = the table's name and _dead"},
+		func(c *Config) any { return &c.CDCDeadTable }},
 	{Setting{Key: "delete_sent", Usage: "delete published rows instead of marking them sent", Bool: true},
 		func(c *Config) any { return &c.DeleteSent }},
 	{Setting{Key: "archive_every", Usage: "take old sent rows out of the table every `DURATION` (into TABLE_archive, created on first use); 0 = off; off with delete_sent"},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/colmap"
 	"github.com/outboxkit/outbox/publisher/cepub"
 	"github.com/outboxkit/outbox/publisher/webhookpub"
 	"github.com/outboxkit/outbox/store/pgcdc"
@@ -105,6 +106,36 @@ func (c *Config) validateCDC(p *problems) {
 	}
 	if c.CDCFailoverAfter < 0 || c.Source == SourceCDC && c.CDCFailoverAfter == 0 {
 		p.add("cdc_failover_after", "%v is not positive", c.CDCFailoverAfter)
+	}
+	c.validateColumns(p)
+}
+
+// validateColumns checks the columns mapping and what it needs: source
+// cdc (the polling stores read the contract's names) and rows kept when it
+// keeps the state columns.
+func (c *Config) validateColumns(p *problems) {
+	if len(c.Columns) == 0 {
+		if c.CDCDeadTable != "" {
+			p.add("cdc_dead_table", "only with a log-only columns: mapping (no state columns)")
+		}
+		return
+	}
+	if err := colmap.Map(c.Columns).Validate(); err != nil {
+		for _, e := range strings.Split(err.Error(), "\n") {
+			p.add("columns", "%s", e)
+		}
+	}
+	if c.Source != SourceCDC {
+		p.add("columns", "needs source: cdc; the polling stores read the table contract's column names only")
+	}
+	switch {
+	case c.LogOnly() && c.DeleteSent:
+		p.add("delete_sent", "a log-only table (columns: maps no state columns) is never written to")
+	case !c.LogOnly() && c.CDCDeadTable != "":
+		p.add("cdc_dead_table", "only with a log-only columns: mapping; with state columns dead rows are marked in the table")
+	}
+	if c.CDCDeadTable != "" && !tableName.MatchString(c.CDCDeadTable) {
+		p.add("cdc_dead_table", "%q is not a table or schema.table name", c.CDCDeadTable)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/colmap"
 	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
@@ -80,6 +82,7 @@ type Source struct {
 	pool  *pgxpool.Pool
 	conn  *pgconn.Config // the replication connection's
 	table *table
+	dead  *table // where a log-only table's dead messages go (WithDeadTable); nil otherwise
 	log   *slog.Logger
 
 	mu       sync.Mutex
@@ -117,6 +120,8 @@ type config struct {
 	statusInterval time.Duration
 	createSlot     bool
 	tableAttempts  bool
+	columns        colmap.Map
+	deadTable      string
 	logger         *slog.Logger
 }
 
@@ -183,6 +188,33 @@ func WithCreateSlot(on bool) Option { return func(c *config) { c.createSlot = on
 // in: their attempts are counted in memory either way. Default: true.
 func WithTableAttempts(on bool) Option { return func(c *config) { c.tableAttempts = on } }
 
+// WithColumns makes the source read a table whose columns have other names:
+// cols maps each contract column (docs/table-contract.md: message_id,
+// aggregate_type, aggregate_id, event_type, payload, ...) to the table's
+// column that holds it, and the source reads only the columns it names.
+// The message columns are required; the state columns (id, status,
+// retry_count, next_retry_at, created_at, updated_at) are mapped all or
+// none. Without them (created_at alone may be mapped, as the write time)
+// the table is log-only, as the table of Debezium's outbox event router
+// is: messages are read from the log only and nothing is written back to
+// the table, attempts are counted in memory, a message that fails for good
+// goes to WithDeadTable (required then), and there is no fallback to
+// polling (WithFallback is refused). New reports a mapping that names
+// unknown contract columns or leaves a required one out; CheckTable and
+// Run report mapped columns the table lacks, with the mapping and the
+// table's columns. Default: none (the contract's names, optional columns
+// used where present).
+func WithColumns(cols map[string]string) Option {
+	return func(c *config) { c.columns = colmap.Map(maps.Clone(cols)) }
+}
+
+// WithDeadTable sets the table, in the contract's own layout (outbox
+// migrate creates one), into which the source inserts as dead rows
+// (status 2) the messages of a log-only table (see WithColumns) that fail
+// for good, so that `outbox dead list --table` shows them and nothing is
+// dropped. Only for a log-only table, which requires it. Default: none.
+func WithDeadTable(name string) Option { return func(c *config) { c.deadTable = name } }
+
 // WithLogger sets the logger. Default: discard.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
@@ -227,6 +259,7 @@ func New(pool *pgxpool.Pool, dsn string, opts ...Option) (*Source, error) {
 	if cfg.maxWindow < 1 {
 		errs = append(errs, errors.New("WithMaxWindow: must be at least 1"))
 	}
+	errs = append(errs, cfg.checkColumns()...)
 	cc, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("dsn: %w", err))
@@ -238,12 +271,46 @@ func New(pool *pgxpool.Pool, dsn string, opts ...Option) (*Source, error) {
 	if _, ok := cc.RuntimeParams["application_name"]; !ok {
 		cc.RuntimeParams["application_name"] = "outbox-cdc"
 	}
-	s := &Source{cfg: cfg, pool: pool, conn: cc, table: newTable(pool, cfg.table),
+	s := &Source{cfg: cfg, pool: pool, conn: cc, table: newTable(pool, cfg.table, cfg.columns),
 		log: cfg.logger.With("component", "cdc", "slot", cfg.slot), win: newWindow(0),
 		wakes: make(map[int]func()), downSince: time.Now()}
+	if cfg.deadTable != "" {
+		s.dead = newTable(pool, cfg.deadTable, nil)
+	}
 	s.room = make(chan struct{}, 1)
 	return s, nil
 }
+
+// checkColumns returns the problems of WithColumns and of the options a
+// log-only table requires or refuses.
+func (c *config) checkColumns() []error {
+	var errs []error
+	if err := c.columns.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("WithColumns: %w", err))
+	}
+	logOnly := c.columns.LogOnly()
+	switch {
+	case logOnly && c.fallback != nil:
+		errs = append(errs, errors.New("WithFallback: a log-only table (WithColumns maps no state columns) cannot be polled"))
+	case logOnly && c.deadTable == "":
+		errs = append(errs, errors.New("WithDeadTable: a log-only table (WithColumns maps no state columns) needs a table for the messages that fail for good"))
+	case !logOnly && c.deadTable != "":
+		errs = append(errs, errors.New("WithDeadTable: only for a log-only table (WithColumns maps no state columns); dead messages are marked in the table"))
+	}
+	if c.deadTable != "" {
+		for _, p := range splitTable(c.deadTable) {
+			if !identRE.MatchString(p) {
+				errs = append(errs, fmt.Errorf("WithDeadTable: %q is not a lower-case SQL identifier", c.deadTable))
+				break
+			}
+		}
+	}
+	return errs
+}
+
+// LogOnly reports whether the source's table is log-only (see WithColumns):
+// nothing is written back to it.
+func (s *Source) LogOnly() bool { return s.table.logOnly }
 
 // Slot returns the replication slot's name.
 func (s *Source) Slot() string { return s.cfg.slot }
@@ -531,10 +598,13 @@ func (s *Source) Ack(ctx context.Context, p outbox.AckParams) (int, error) {
 	for i, e := range mine {
 		ids[i] = e.msg.RowID
 	}
-	changed, err := s.table.markSent(ctx, ids, p.Delete)
-	if err != nil {
-		s.handBack(mine, time.Now())
-		return n, err
+	var changed map[int64]bool
+	if !s.table.logOnly {
+		var err error
+		if changed, err = s.table.markSent(ctx, ids, p.Delete); err != nil {
+			s.handBack(mine, time.Now())
+			return n, err
+		}
 	}
 	for _, e := range mine {
 		if e.kept && !changed[e.msg.RowID] { // settled by someone else meanwhile
@@ -621,7 +691,8 @@ func (s *Source) Reschedule(ctx context.Context, p outbox.RescheduleParams) erro
 
 // Kill records messages as dead: a kept row is marked dead, and a message
 // whose row the writer deleted is inserted as a dead row (status 2, which
-// the stream ignores), so that `outbox dead list` shows both. Then they
+// the stream ignores), so that `outbox dead list` shows both; a log-only
+// table's are inserted into the dead table (WithDeadTable). Then they
 // leave the window: a dead message never blocks the stream.
 func (s *Source) Kill(ctx context.Context, p outbox.KillParams) error {
 	var dead, theirs []outbox.Dead
@@ -657,10 +728,26 @@ func (s *Source) Kill(ctx context.Context, p outbox.KillParams) error {
 
 // kill marks the kept rows of dead dead, and inserts the others (rows the
 // writer deleted) as dead rows; a row settled meanwhile stays as it is
-// (the insert skips a message id the table has).
+// (the insert skips a message id the table has). A log-only table's dead
+// messages are all inserted into the dead table.
 func (s *Source) kill(ctx context.Context, dead []outbox.Dead) error {
 	if len(dead) == 0 {
 		return nil
+	}
+	if s.table.logOnly { // nothing to mark: every one goes to the dead table
+		var rest []outbox.Dead
+		for _, d := range dead {
+			if d.Message.MessageID != "" {
+				rest = append(rest, d)
+			} else {
+				s.log.LogAttrs(ctx, slog.LevelError, "dead message without a message id not recorded in the dead table",
+					slog.String("reason", d.Reason))
+			}
+		}
+		if len(rest) == 0 {
+			return nil
+		}
+		return s.dead.insertDead(ctx, rest)
 	}
 	marked, err := s.table.markDead(ctx, dead)
 	if err != nil {

@@ -15,51 +15,106 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/colmap"
 	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
 // table is what the source writes to the outbox table: it settles kept rows
 // behind the stream and records dead messages. Every statement is whole
-// here, with the quoted table name as the only part filled in.
+// here, with the quoted names of the table and of its columns (see
+// WithColumns) as the only parts filled in.
 type table struct {
 	pool      *pgxpool.Pool
 	ident     string // quoted
 	schema    string // "" when unqualified
 	name      string
-	lastError bool // the table has a last_error column
-	headers   bool // and headers, topic, partition_key
-	content   bool // and content_type, payload_bytes
+	raw       string // as configured
+	lastError bool   // the table has a last_error column
+	headers   bool   // and headers, topic, partition_key
+	content   bool   // and content_type, payload_bytes
+	// cols maps the contract's column names to the table's (WithColumns);
+	// nil: the contract's own names. rev is the other way round (nil too).
+	cols    colmap.Map
+	rev     map[string]string
+	logOnly bool              // no state columns: nothing is written back
+	sql     *strings.Replacer // {T} and {column} in a statement -> quoted names
 }
 
-func newTable(pool *pgxpool.Pool, name string) *table {
-	t := &table{pool: pool, name: name}
+func newTable(pool *pgxpool.Pool, name string, cols colmap.Map) *table {
+	t := &table{pool: pool, name: name, raw: name}
 	parts := strings.Split(name, ".")
 	if len(parts) == 2 {
 		t.schema, t.name = parts[0], parts[1]
 	}
 	t.ident = pgx.Identifier(parts).Sanitize()
+	if len(cols) > 0 {
+		t.cols, t.rev, t.logOnly = cols, cols.Reverse(), cols.LogOnly()
+	}
+	pairs := []string{"{T}", t.ident}
+	for _, c := range colmap.Contract() {
+		v, ok := t.cols.Column(c)
+		if !ok {
+			v = c // not mapped: no statement that names it runs on this table
+		}
+		pairs = append(pairs, "{"+c+"}", pgx.Identifier{v}.Sanitize())
+	}
+	t.sql = strings.NewReplacer(pairs...)
 	return t
 }
 
-// columns finds out which optional columns the table has.
-func (t *table) columns(ctx context.Context) error {
+// q fills the table's quoted name ({T}) and its columns' ({status}, ...)
+// into a statement.
+func (t *table) q(stmt string) string { return t.sql.Replace(stmt) }
+
+// has reports whether the table's column names holds contract column c.
+func (t *table) has(names map[string]bool, c string) bool {
+	v, ok := t.cols.Column(c)
+	return ok && names[v]
+}
+
+// readColumns returns the names of the table's columns.
+func (t *table) readColumns(ctx context.Context) ([]string, error) {
 	rows, err := t.pool.Query(ctx, `SELECT attname FROM pg_attribute
 WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, t.ident)
 	if err != nil {
-		return fmt.Errorf("pgcdc: read the columns of %s: %w", t.ident, err)
+		return nil, fmt.Errorf("pgcdc: read the columns of %s: %w", t.ident, err)
 	}
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return fmt.Errorf("pgcdc: read the columns of %s: %w", t.ident, err)
+		return nil, fmt.Errorf("pgcdc: read the columns of %s: %w", t.ident, err)
+	}
+	return names, nil
+}
+
+// columns finds out which optional columns the table has; with a mapping,
+// it fails when the table lacks a mapped column.
+func (t *table) columns(ctx context.Context) error {
+	names, err := t.readColumns(ctx)
+	if err != nil {
+		return err
+	}
+	if t.cols != nil {
+		if err := t.cols.Check(t.raw, names); err != nil {
+			return fmt.Errorf("pgcdc: %w", err)
+		}
 	}
 	has := make(map[string]bool, len(names))
 	for _, n := range names {
 		has[n] = true
 	}
-	t.lastError = has["last_error"]
-	t.headers = has["headers"] && has["topic"] && has["partition_key"]
-	t.content = has["content_type"] && has["payload_bytes"]
+	t.lastError = t.has(has, colmap.LastError)
+	t.headers = t.has(has, colmap.Headers) && t.has(has, colmap.Topic) && t.has(has, colmap.PartitionKey)
+	t.content = t.has(has, colmap.ContentType) && t.has(has, colmap.PayloadBytes)
 	return nil
+}
+
+// contract returns the contract's name of the table's column col, "" for a
+// column the mapping does not name.
+func (t *table) contract(col string) string {
+	if t.rev == nil {
+		return col
+	}
+	return t.rev[col]
 }
 
 // rowState is what a claim's look-up found of a row the table holds.
@@ -189,19 +244,19 @@ m AS (
 	q := fmt.Sprintf(`WITH v AS (`+visibleSQL+`),
 r AS (SELECT * FROM unnest($1::bigint[], $3::integer[]) AS r(id, floor)),
 c AS (
-	UPDATE `+t.ident+` AS o SET retry_count = GREATEST(LEAST(GREATEST(COALESCE(o.retry_count, 0), 0), %[1]d),
+	UPDATE {T} AS o SET {retry_count} = GREATEST(LEAST(GREATEST(COALESCE(o.{retry_count}, 0), 0), %[1]d),
 	                                      LEAST(GREATEST(r.floor, 0), %[1]d))::integer + 1
-	FROM r WHERE o.id = r.id AND r.floor >= 0 AND o.status = 0 AND (SELECT ok FROM v)
-	RETURNING o.id, o.retry_count
+	FROM r WHERE o.{id} = r.id AND r.floor >= 0 AND o.{status} = 0 AND (SELECT ok FROM v)
+	RETURNING o.{id}, o.{retry_count}
 )`+mark+`
 SELECT v.ok, NULL::bigint, NULL::smallint, NULL::integer FROM v
 UNION ALL
-SELECT true, id, 0::smallint, retry_count FROM c
+SELECT true, {id}, 0::smallint, {retry_count} FROM c
 UNION ALL
-SELECT true, o.id, COALESCE(o.status, -1)::smallint, COALESCE(o.retry_count, 0)::integer
-	FROM `+t.ident+` AS o JOIN r ON o.id = r.id
-	WHERE (r.floor < 0 OR o.status IS DISTINCT FROM 0) AND (SELECT ok FROM v)`, top)
-	rows, err := t.pool.Query(ctx, q, args...)
+SELECT true, o.{id}, COALESCE(o.{status}, -1)::smallint, COALESCE(o.{retry_count}, 0)::integer
+	FROM {T} AS o JOIN r ON o.{id} = r.id
+	WHERE (r.floor < 0 OR o.{status} IS DISTINCT FROM 0) AND (SELECT ok FROM v)`, top)
+	rows, err := t.pool.Query(ctx, t.q(q), args...)
 	if err != nil {
 		return false, nil, fmt.Errorf("pgcdc: claim rows: %w", err)
 	}
@@ -261,12 +316,12 @@ func (t *table) reschedule(ctx context.Context, retries []rowRetry, refund bool)
 	}
 	setErr := ""
 	if t.lastError {
-		setErr = ", last_error = r.err"
+		setErr = ", {last_error} = r.err"
 	}
-	_, err := t.pool.Exec(ctx, `UPDATE `+t.ident+` AS o
-SET next_retry_at = r.at, retry_count = GREATEST(r.attempt - $5::integer, 0), updated_at = now()`+setErr+`
+	_, err := t.pool.Exec(ctx, t.q(`UPDATE {T} AS o
+SET {next_retry_at} = r.at, {retry_count} = GREATEST(r.attempt - $5::integer, 0), {updated_at} = now()`+setErr+`
 FROM unnest($1::bigint[], $2::integer[], $3::timestamptz[], $4::text[], $6::integer[]) AS r(id, attempt, at, err, counted)
-WHERE o.id = r.id AND o.status = 0 AND o.retry_count = r.counted`, ids, attempts, ats, reasons, back, counted)
+WHERE o.{id} = r.id AND o.{status} = 0 AND o.{retry_count} = r.counted`), ids, attempts, ats, reasons, back, counted)
 	if err != nil {
 		return fmt.Errorf("pgcdc: reschedule %d rows: %w", n, err)
 	}
@@ -277,11 +332,11 @@ WHERE o.id = r.id AND o.status = 0 AND o.retry_count = r.counted`, ids, attempts
 // it changed: a row no longer pending was settled by someone else (a polling
 // relay during a failover), so the stream's copy was a duplicate.
 func (t *table) markSent(ctx context.Context, ids []int64, del bool) (map[int64]bool, error) {
-	q := `UPDATE ` + t.ident + ` SET status = 1, updated_at = now() WHERE id = ANY($1) AND status = 0 RETURNING id`
+	q := `UPDATE {T} SET {status} = 1, {updated_at} = now() WHERE {id} = ANY($1) AND {status} = 0 RETURNING {id}`
 	if del {
-		q = `DELETE FROM ` + t.ident + ` WHERE id = ANY($1) AND status = 0 RETURNING id`
+		q = `DELETE FROM {T} WHERE {id} = ANY($1) AND {status} = 0 RETURNING {id}`
 	}
-	changed, err := t.changedIDs(ctx, q, ids)
+	changed, err := t.changedIDs(ctx, t.q(q), ids)
 	if err != nil {
 		return nil, fmt.Errorf("pgcdc: mark %d rows sent: %w", len(ids), err)
 	}
@@ -314,13 +369,13 @@ func (t *table) markDead(ctx context.Context, dead []outbox.Dead) (map[int64]boo
 	}
 	setErr := ""
 	if t.lastError {
-		setErr = ", last_error = d.reason"
+		setErr = ", {last_error} = d.reason"
 	}
-	q := `UPDATE ` + t.ident + ` AS o SET status = 2, retry_count = d.attempt, updated_at = now()` + setErr + `
+	q := `UPDATE {T} AS o SET {status} = 2, {retry_count} = d.attempt, {updated_at} = now()` + setErr + `
 FROM unnest($1::bigint[], $2::integer[], $3::text[]) AS d(id, attempt, reason)
-WHERE o.id = d.id AND o.status = 0
-RETURNING o.id`
-	changed, err := t.changedIDs(ctx, q, ids, attempts, reasons)
+WHERE o.{id} = d.id AND o.{status} = 0
+RETURNING o.{id}`
+	changed, err := t.changedIDs(ctx, t.q(q), ids, attempts, reasons)
 	if err != nil {
 		return nil, fmt.Errorf("pgcdc: mark %d rows dead: %w", len(dead), err)
 	}
@@ -354,27 +409,27 @@ func (t *table) insertDead(ctx context.Context, dead []outbox.Dead) error {
 		topics[i] = pgtype.Text{String: m.Topic, Valid: m.Topic != ""}
 		keys[i] = pgtype.Text{String: m.PartitionKey, Valid: m.PartitionKey != ""}
 	}
-	cols := "message_id, aggregate_type, aggregate_id, event_type, payload, status, retry_count, created_at, updated_at"
+	cols := "{message_id}, {aggregate_type}, {aggregate_id}, {event_type}, {payload}, {status}, {retry_count}, {created_at}, {updated_at}"
 	vals := "d.mid, d.atype, d.aid, d.ev, d.payload::jsonb, 2, d.attempt, COALESCE(d.created, now()), now()"
 	if t.headers {
-		cols += ", headers, topic, partition_key"
+		cols += ", {headers}, {topic}, {partition_key}"
 		vals += ", d.headers::jsonb, d.topic, d.pkey"
 	}
 	if t.lastError {
-		cols += ", last_error"
+		cols += ", {last_error}"
 		vals += ", d.reason"
 	}
 	if t.content {
-		cols += ", content_type, payload_bytes"
+		cols += ", {content_type}, {payload_bytes}"
 		vals += ", d.ctype, d.raw"
 	}
-	q := `INSERT INTO ` + t.ident + ` (` + cols + `)
+	q := `INSERT INTO {T} (` + cols + `)
 SELECT ` + vals + `
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::timestamptz[],
             $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bytea[])
      AS d(mid, atype, aid, ev, payload, attempt, created, headers, topic, pkey, reason, ctype, raw)
-ON CONFLICT (message_id) DO NOTHING`
-	_, err := t.pool.Exec(ctx, q, ids, aggTypes, aggIDs, events, payloads, attempts, created, headers, topics, keys, reasons, types, raws)
+ON CONFLICT ({message_id}) DO NOTHING`
+	_, err := t.pool.Exec(ctx, t.q(q), ids, aggTypes, aggIDs, events, payloads, attempts, created, headers, topics, keys, reasons, types, raws)
 	if err != nil {
 		return fmt.Errorf("pgcdc: record %d dead messages: %w", n, err)
 	}
@@ -384,7 +439,7 @@ ON CONFLICT (message_id) DO NOTHING`
 // maxID returns the largest id in the table, 0 when it is empty.
 func (t *table) maxID(ctx context.Context) (int64, error) {
 	var id int64
-	if err := t.pool.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM `+t.ident).Scan(&id); err != nil {
+	if err := t.pool.QueryRow(ctx, t.q(`SELECT COALESCE(max({id}), 0) FROM {T}`)).Scan(&id); err != nil {
 		return 0, fmt.Errorf("pgcdc: read the largest id: %w", err)
 	}
 	return id, nil
@@ -393,7 +448,7 @@ func (t *table) maxID(ctx context.Context) (int64, error) {
 // pendingUpTo reports whether a pending row with an id of at most id is left.
 func (t *table) pendingUpTo(ctx context.Context, id int64) (bool, error) {
 	var left bool
-	err := t.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+t.ident+` WHERE status = 0 AND id <= $1)`, id).Scan(&left)
+	err := t.pool.QueryRow(ctx, t.q(`SELECT EXISTS (SELECT 1 FROM {T} WHERE {status} = 0 AND {id} <= $1)`), id).Scan(&left)
 	if err != nil {
 		return false, fmt.Errorf("pgcdc: look for pending rows: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/colmap"
 	"github.com/outboxkit/outbox/internal/mediatype"
 )
 
@@ -97,6 +98,11 @@ func (s *Source) stream(ctx context.Context) error {
 	if err := s.table.columns(ctx); err != nil {
 		return err
 	}
+	if s.dead != nil {
+		if err := s.dead.columns(ctx); err != nil {
+			return err
+		}
+	}
 	if s.cfg.createSlot {
 		if err := s.ensureSlot(ctx, conn); err != nil {
 			return err
@@ -162,6 +168,10 @@ func (s *Source) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 	res, err := Setup(ctx, s.pool, s.cfg.table, s.cfg.slot, s.cfg.publication)
 	if err != nil || !res.CreatedSlot {
 		return err
+	}
+	if s.table.logOnly {
+		s.log.Warn("replication slot created; a log-only table cannot be polled, so messages written before it are not read")
+		return nil
 	}
 	// Every row committed before the slot's start is visible now; those
 	// still pending are polled before the stream is trusted.
@@ -307,6 +317,9 @@ func (r *reader) handle(data []byte) error {
 		if !keep {
 			return nil
 		}
+		if s.table.logOnly { // no row to look up or settle
+			e.checked = true
+		}
 		s.mu.Lock()
 		s.win.add(r.cur, e)
 		e.prior = !s.marks || !e.pos().after(s.handedAtStart)
@@ -366,7 +379,7 @@ func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (e *entry, keep
 		if i >= len(rel.cols) {
 			break
 		}
-		name := rel.cols[i].Name
+		name := r.s.table.contract(rel.cols[i].Name)
 		if c.DataType != pglogrepl.TupleDataTypeText {
 			continue // NULL (or an unchanged TOAST value, which an insert never has)
 		}
@@ -417,7 +430,10 @@ func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (e *entry, keep
 	if err := contentError(m, raw != nil); err != nil && e.bad == nil {
 		e.bad = fmt.Errorf("row %d: %w", m.RowID, err)
 	}
-	for _, c := range []string{"id", "message_id", "aggregate_type", "aggregate_id", "event_type", "payload"} {
+	for _, c := range []string{colmap.ID, colmap.MessageID, colmap.AggregateType, colmap.AggregateID, colmap.EventType, colmap.Payload} {
+		if c == colmap.ID && r.s.table.logOnly {
+			continue // no row id: the message lives in the log
+		}
 		if !have[c] {
 			missing = append(missing, c)
 		}

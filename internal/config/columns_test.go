@@ -1,0 +1,84 @@
+package config
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestColumnsFromFile(t *testing.T) {
+	t.Parallel()
+	c, err := loadFile(t, "good_columns.yaml", noEnv)
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	require.Equal(t, map[string]string{"message_id": "id", "aggregate_type": "aggregatetype",
+		"aggregate_id": "aggregateid", "event_type": "type", "payload": "payload"}, c.Columns)
+	require.True(t, c.LogOnly())
+	require.Equal(t, "public.outbox_dead", c.CDCDeadTableName())
+	require.False(t, c.ArchiveScheduled(), "a mapped table is not archived")
+}
+
+func TestValidateColumns(t *testing.T) {
+	t.Parallel()
+	debezium := func() map[string]string {
+		return map[string]string{"message_id": "id", "aggregate_type": "aggregatetype", "aggregate_id": "aggregateid",
+			"event_type": "type", "payload": "payload"}
+	}
+	kept := func() map[string]string {
+		m := debezium()
+		for k, v := range map[string]string{"id": "seq", "message_id": "event_id", "status": "state", "retry_count": "tries",
+			"next_retry_at": "due_at", "created_at": "written_at", "updated_at": "changed_at"} {
+			m[k] = v
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(c *Config)
+		want   []string // none: valid
+	}{
+		{"Debezium", func(c *Config) {}, nil},
+		{"DeadTable", func(c *Config) { c.CDCDeadTable = "app.dead_letters" }, nil},
+		{"KeptState", func(c *Config) { c.Columns = kept(); c.DeleteSent = true }, nil},
+		{"Polling", func(c *Config) { c.Source = SourcePolling },
+			[]string{"columns: needs source: cdc; the polling stores read the table contract's column names only"}},
+		{"RequiredLeftOut", func(c *Config) { delete(c.Columns, "payload"); delete(c.Columns, "aggregate_id") },
+			[]string{"columns: required columns not mapped: aggregate_id, payload"}},
+		{"UnknownAndBadName", func(c *Config) { c.Columns["trace"] = "tracingspancontext"; c.Columns["topic"] = "Topic" },
+			[]string{`columns: "trace" is not a column of the table contract`, `columns: topic: "Topic" is not a lower-case SQL identifier`}},
+		{"StateInPart", func(c *Config) { c.Columns["status"] = "state" },
+			[]string{"columns: state columns mapped in part: status mapped"}},
+		{"DeleteSentLogOnly", func(c *Config) { c.DeleteSent = true },
+			[]string{"delete_sent: a log-only table (columns: maps no state columns) is never written to"}},
+		{"DeadTableWithState", func(c *Config) { c.Columns = kept(); c.CDCDeadTable = "d" },
+			[]string{"cdc_dead_table: only with a log-only columns: mapping; with state columns"}},
+		{"DeadTableWithoutColumns", func(c *Config) { c.Columns = nil; c.CDCDeadTable = "d" },
+			[]string{"cdc_dead_table: only with a log-only columns: mapping (no state columns)"}},
+		{"DeadTableBadName", func(c *Config) { c.CDCDeadTable = "a b" }, []string{`cdc_dead_table: "a b" is not a table`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := Default()
+			c.DB = NewSecret("postgres://u:pw@localhost/db")
+			c.Broker = NewSecret("nats://127.0.0.1:4222")
+			c.Source = SourceCDC
+			c.Columns = debezium()
+			tc.change(c)
+			err := c.Validate()
+			if len(tc.want) == 0 {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			lines := strings.Split(err.Error(), "\n")
+			for _, w := range tc.want {
+				found := false
+				for _, l := range lines {
+					found = found || strings.HasPrefix(l, w)
+				}
+				require.True(t, found, "%q not in:\n%s", w, err)
+			}
+		})
+	}
+}
