@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
@@ -80,7 +81,7 @@ func FuzzMessageValidate(f *testing.F) {
 		}
 		bad := badFields(m, maxPayload)
 
-		err := m.validate(5, maxPayload)
+		err := m.validate(5, maxPayload, time.Now())
 		if len(bad) == 0 {
 			require.NoError(t, err)
 		} else {

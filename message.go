@@ -90,6 +90,18 @@ type Message struct {
 	ContentType string
 	// Headers are string metadata carried to the broker (trace context and the caller's own).
 	Headers map[string]string
+	// DeliverAt, when set, is the earliest time the message is published:
+	// until then no relay claims it (the store keeps it in its own
+	// deliver_at column, and the claim's due time starts there). A time in
+	// the past means now. With ordering on, a delayed message holds back the
+	// later messages of its aggregate until it is sent (docs/ordering.md).
+	// Optional; stored to the microsecond.
+	DeliverAt time.Time
+	// ExpiresAt, when set, is the time after which the message is worthless:
+	// a relay that claims it later does not publish it but marks it dead,
+	// with a reason that starts with "expired" ([ErrExpired]). It must be
+	// after DeliverAt, and the Writer refuses one already past. Optional.
+	ExpiresAt time.Time
 	// CreatedAt is when the row was written (set by the store on read).
 	CreatedAt time.Time
 	// Attempt is the 1-based number of the delivery attempt this claim makes,
@@ -218,9 +230,64 @@ func (e *ValidationError) Error() string {
 // Is reports whether target is ErrInvalidMessage.
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalidMessage }
 
-// validate checks a message against the table contract and the payload limit.
-// maxPayload <= 0 means no limit.
-func (m *Message) validate(i, maxPayload int) error {
+// ErrExpired is matched (errors.Is) by the reason a relay gives a message
+// it did not publish because its ExpiresAt had passed when it was claimed.
+// The reason stored in the dead row starts with "expired".
+var ErrExpired = errors.New("outbox: message expired")
+
+// ExpiredError is the reason of a message that expired before a relay
+// could publish it; it matches ErrExpired.
+type ExpiredError struct {
+	ExpiresAt time.Time // the message's expiry
+	ClaimedAt time.Time // when the relay claimed it
+}
+
+func (e *ExpiredError) Error() string {
+	return fmt.Sprintf("expired at %s, claimed %v later", e.ExpiresAt.UTC().Format(time.RFC3339Nano),
+		e.ClaimedAt.Sub(e.ExpiresAt).Round(time.Millisecond))
+}
+
+// Is reports whether target is ErrExpired.
+func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
+
+// Expired reports whether the message has an ExpiresAt that is before now.
+func (m *Message) Expired(now time.Time) bool {
+	return !m.ExpiresAt.IsZero() && now.After(m.ExpiresAt)
+}
+
+// Earliest and latest times a DeliverAt or ExpiresAt may hold: every store's
+// timestamp type holds them (MySQL's DATETIME stops at year 9999).
+var (
+	minMessageTime = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxMessageTime = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+)
+
+// validateTimes checks DeliverAt and ExpiresAt against each other and now.
+func (m *Message) validateTimes(now time.Time) (field, reason string) {
+	for _, f := range []struct {
+		name string
+		t    time.Time
+	}{{"DeliverAt", m.DeliverAt}, {"ExpiresAt", m.ExpiresAt}} {
+		if !f.t.IsZero() && (f.t.Before(minMessageTime) || f.t.After(maxMessageTime)) {
+			return f.name, fmt.Sprintf("%s is outside the years 1970 to 9999 that every store holds", f.t.Format(time.RFC3339))
+		}
+	}
+	switch {
+	case m.ExpiresAt.IsZero():
+		return "", ""
+	case !m.ExpiresAt.After(now):
+		return "ExpiresAt", fmt.Sprintf("%s is already past (now %s): the message would never be published",
+			m.ExpiresAt.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
+	case !m.DeliverAt.IsZero() && !m.DeliverAt.Before(m.ExpiresAt):
+		return "DeliverAt", fmt.Sprintf("%s is not before ExpiresAt %s: the message would never be published",
+			m.DeliverAt.UTC().Format(time.RFC3339Nano), m.ExpiresAt.UTC().Format(time.RFC3339Nano))
+	}
+	return "", ""
+}
+
+// validate checks a message against the table contract, the payload limit
+// and the time now (for ExpiresAt). maxPayload <= 0 means no limit.
+func (m *Message) validate(i, maxPayload int, now time.Time) error {
 	bad := func(field, reason string) error { return &ValidationError{Index: i, Field: field, Reason: reason} }
 	if m == nil {
 		return bad("Message", "is nil")
@@ -264,6 +331,9 @@ func (m *Message) validate(i, maxPayload int) error {
 		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(v) {
 			return bad("Headers", fmt.Sprintf("header %q is empty or not valid UTF-8", k))
 		}
+	}
+	if field, reason := m.validateTimes(now); field != "" {
+		return bad(field, reason)
 	}
 	return nil
 }

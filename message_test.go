@@ -87,13 +87,29 @@ func TestMessageValidate(t *testing.T) {
 		{"InvalidJSON", func(m *Message) { m.Payload = []byte(`{"a":}`) }, "Payload", "not valid JSON"},
 		{"TooLarge", func(m *Message) { m.Payload = []byte(`"` + strings.Repeat("x", 100) + `"`) }, "Payload", "over the limit of 64"},
 		{"EmptyHeaderName", func(m *Message) { m.Headers = map[string]string{"": "x"} }, "Headers", "empty"},
+		{"DeliverLater", func(m *Message) { m.DeliverAt = time.Now().Add(time.Hour) }, "", ""},
+		{"DeliverInThePast", func(m *Message) { m.DeliverAt = time.Now().Add(-time.Hour) }, "", ""},
+		{"ExpiresLater", func(m *Message) { m.ExpiresAt = time.Now().Add(time.Hour) }, "", ""},
+		{"DeliverBeforeExpiry", func(m *Message) {
+			m.DeliverAt, m.ExpiresAt = time.Now().Add(time.Minute), time.Now().Add(time.Hour)
+		}, "", ""},
+		{"ExpiryPast", func(m *Message) { m.ExpiresAt = time.Now().Add(-time.Second) }, "ExpiresAt", "already past"},
+		{"DeliverAfterExpiry", func(m *Message) {
+			m.DeliverAt, m.ExpiresAt = time.Now().Add(time.Hour), time.Now().Add(time.Minute)
+		}, "DeliverAt", "not before ExpiresAt"},
+		{"DeliverAtExpiry", func(m *Message) {
+			m.ExpiresAt = time.Now().Add(time.Hour)
+			m.DeliverAt = m.ExpiresAt
+		}, "DeliverAt", "not before ExpiresAt"},
+		{"DeliverAtYear10000", func(m *Message) { m.DeliverAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "DeliverAt", "1970 to 9999"},
+		{"ExpiresAtBefore1970", func(m *Message) { m.ExpiresAt = time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC) }, "ExpiresAt", "1970 to 9999"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			m := validMsg()
 			tc.edit(m)
-			err := m.validate(3, 64)
+			err := m.validate(3, 64, time.Now())
 			if tc.field == "" {
 				require.NoError(t, err)
 				return

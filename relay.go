@@ -586,6 +586,8 @@ func (r *Relay) claim(ctx, in context.Context, limit int, chain []int64) (*batch
 	}
 	for _, m := range claim.Messages {
 		switch {
+		case m.Expired(b.claimed):
+			b.kill(m, &ExpiredError{ExpiresAt: m.ExpiresAt, ClaimedAt: b.claimed})
 		case m.Attempt > r.cfg.maxAttempts:
 			b.kill(m, fmt.Errorf("attempts exhausted: attempt %d of %d was claimed, the earlier ones never finished (relay stopped or lease expired mid-publish)",
 				m.Attempt, r.cfg.maxAttempts))

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -89,15 +90,18 @@ func NewWriter[TTx any](ins TxInserter[TTx], opts ...WriterOption) *Writer[TTx] 
 // Write validates msgs and inserts them in tx. It fills an empty MessageID with
 // a new UUIDv7 and records the W3C trace context (traceparent, tracestate) of
 // ctx in the headers when ctx carries a sampled or unsampled span and the
-// caller did not set one. When any message is invalid, Write returns a
+// caller did not set one. A message whose ExpiresAt is already past, or
+// whose DeliverAt is not before its ExpiresAt, is invalid: it could never be
+// published. When any message is invalid, Write returns a
 // *ValidationError (matching ErrInvalidMessage) before touching tx, so the
 // caller's transaction is left as it was.
 func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...*Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	now := time.Now()
 	for i, m := range msgs {
-		if err := m.validate(i, w.cfg.maxPayload); err != nil {
+		if err := m.validate(i, w.cfg.maxPayload, now); err != nil {
 			return err
 		}
 	}

@@ -15,8 +15,10 @@ import (
 // MemoryStore is an outbox table held in memory, for examples and for unit
 // tests of code around the relay (hooks, publishers, consumers) that need no
 // database. It follows the store contract of [outbox.Store]: leases, the
-// attempt count as fencing token, backoff, dead rows and ordered claims (a
-// run of one row per aggregate, the head alone). Its transactions
+// attempt count as fencing token, backoff, dead rows, delayed delivery
+// (Message.DeliverAt is the row's first due time, ExpiresAt comes back with
+// the claimed message for the relay to check) and ordered claims (a run of
+// one row per aggregate, the head alone). Its transactions
 // ([MemoryTx]) hold only its own rows, so it cannot commit a message with a
 // business change: a service uses a real store, and tests that check the
 // SQL the service runs use one too (store/sqlitestore needs no server).
@@ -66,7 +68,7 @@ func (tx *MemoryTx) Commit() error {
 	now := s.now()
 	for _, m := range tx.msgs {
 		s.nextID++
-		r := &memRow{msg: *m}
+		r := &memRow{msg: *m, due: m.DeliverAt}
 		r.msg.RowID, r.msg.CreatedAt, r.msg.Attempt = s.nextID, now, 0
 		s.rows = append(s.rows, r)
 	}
