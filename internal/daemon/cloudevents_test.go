@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/nats-io/nats.go"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -24,6 +26,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/publisher/cepub"
 	"github.com/outboxkit/outbox/store/sqlitestore"
 )
 
@@ -162,6 +165,45 @@ func mqttCESink(t *testing.T) *ceSink {
 	return s
 }
 
+// amqpCESink is a RabbitMQ queue bound to the routing key the daemon
+// sends to. The SDK's AMQP binding is for AMQP 1.0 (go-amqp), which this
+// RabbitMQ does not speak, and its module is not served to this build; so
+// structured events alone are read, by the SDK's JSON event format.
+func amqpCESink(t *testing.T) *ceSink {
+	url := testsvc.AMQPURL(t)
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		testsvc.Unavailable(t, "RabbitMQ", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	prefix := testsvc.Name(t) + "."
+	queue := prefix + ceEventType // the default exchange routes by queue name
+	_, err = ch.QueueDeclare(queue, false, true, false, false, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = ch.QueueDelete(queue, false, false, false) })
+	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
+	require.NoError(t, err)
+	s := newCESink(config.Broker{Name: "rabbit", URL: config.NewSecret(url), Prefix: &prefix})
+	go func() {
+		for d := range deliveries {
+			if d.ContentType != cepub.ContentTypeStructured {
+				s.errs <- fmt.Errorf("content type %q, not structured", d.ContentType)
+				continue
+			}
+			ev := event.New()
+			if err := json.Unmarshal(d.Body, &ev); err != nil {
+				s.errs <- err
+				continue
+			}
+			s.encodings <- binding.EncodingStructured
+			s.events <- &ev
+		}
+	}()
+	return s
+}
+
 // writeCE commits a JSON message with trace context and a binary one.
 func writeCE(t *testing.T, db *sql.DB, s *sqlitestore.Store) []*outbox.Message {
 	t.Helper()
@@ -200,6 +242,7 @@ func TestRunCloudEvents(t *testing.T) {
 		{"NATSBinary", config.CloudEventsBinary, natsCESink},
 		{"NATSStructured", config.CloudEventsStructured, natsCESink},
 		{"MQTTStructured", config.CloudEventsStructured, mqttCESink},
+		{"AMQPStructured", config.CloudEventsStructured, amqpCESink},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
