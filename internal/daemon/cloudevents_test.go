@@ -306,3 +306,60 @@ func TestRunCloudEvents(t *testing.T) {
 		})
 	}
 }
+
+// TestRunCloudEventsPerRoute sends one event type as structured
+// CloudEvents and another in the outbox format through one Kafka broker.
+func TestRunCloudEventsPerRoute(t *testing.T) {
+	t.Parallel()
+	prefix := "outbox."
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, prefix+ceEventType, prefix+"ORDER_SHIPPED"))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	dsn, db, store := sqliteDB(t)
+	cfg := baseConfig(dsn, config.Broker{Name: "log", URL: config.NewSecret("kafka://" + strings.Join(c.ListenAddrs(), ",")),
+		Prefix: &prefix})
+	cfg.CloudEventsSource = "/shop"
+	cfg.Routes = []config.Route{{EventType: ceEventType, Broker: "log", Format: config.FormatCloudEvents,
+		CloudEventsMode: config.CloudEventsStructured}}
+	cfg.DefaultRoute = &config.Route{Broker: "log"}
+	paid := writeCE(t, db, store)
+	shipped := writeSQLite(t, db, store, "ORDER_SHIPPED", 1)
+	d, err := New(cfg, nil)
+	require.NoError(t, err)
+	stop := running(t, d)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(prefix+ceEventType, prefix+"ORDER_SHIPPED"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	byTopic := map[string]*kgo.Record{}
+	for len(byTopic) < 2 && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			byTopic[r.Topic] = r
+		})
+	}
+	require.NoError(t, stop())
+	require.Len(t, byTopic, 2)
+
+	header := func(r *kgo.Record, k string) string {
+		for _, h := range r.Headers {
+			if h.Key == k {
+				return string(h.Value)
+			}
+		}
+		return ""
+	}
+	ce := byTopic[prefix+ceEventType]
+	require.Equal(t, cepub.ContentTypeStructured, header(ce, "content-type"))
+	ev := event.New()
+	require.NoError(t, json.Unmarshal(ce.Value, &ev))
+	require.Contains(t, []string{paid[0].MessageID, paid[1].MessageID}, ev.ID())
+	require.Equal(t, "/shop", ev.Source())
+
+	plain := byTopic[prefix+"ORDER_SHIPPED"]
+	require.Equal(t, "application/json", header(plain, "content-type"))
+	require.Equal(t, shipped[0].MessageID, header(plain, outbox.HeaderMessageID))
+	require.JSONEq(t, string(shipped[0].Payload), string(plain.Value), "the outbox format: the payload as is")
+}
