@@ -168,7 +168,8 @@ func mqttCESink(t *testing.T) *ceSink {
 // amqpCESink is a RabbitMQ queue bound to the routing key the daemon
 // sends to. The SDK's AMQP binding is for AMQP 1.0 (go-amqp), which this
 // RabbitMQ does not speak, and its module is not served to this build; so
-// structured events alone are read, by the SDK's JSON event format.
+// structured events are read by the SDK's JSON event format, and binary
+// ones by amqpBinary.
 func amqpCESink(t *testing.T) *ceSink {
 	url := testsvc.AMQPURL(t)
 	conn, err := amqp.Dial(url)
@@ -188,6 +189,10 @@ func amqpCESink(t *testing.T) *ceSink {
 	s := newCESink(config.Broker{Name: "rabbit", URL: config.NewSecret(url), Prefix: &prefix})
 	go func() {
 		for d := range deliveries {
+			if _, binary := d.Headers["cloudEvents:specversion"]; binary {
+				s.amqpBinary(d)
+				continue
+			}
 			if d.ContentType != cepub.ContentTypeStructured {
 				s.errs <- fmt.Errorf("content type %q, not structured", d.ContentType)
 				continue
@@ -202,6 +207,47 @@ func amqpCESink(t *testing.T) *ceSink {
 		}
 	}()
 	return s
+}
+
+// amqpBinary builds the event of a binary-mode AMQP 0-9-1 delivery by the
+// AMQP binding's rules (cloudEvents: properties, the content-type property,
+// the body as data) with the SDK's setters: no SDK reader takes AMQP 0-9-1.
+func (s *ceSink) amqpBinary(d amqp.Delivery) {
+	ev := event.New()
+	for k, v := range d.Headers {
+		name, ok := strings.CutPrefix(k, "cloudEvents:")
+		str, isString := v.(string)
+		if !ok || !isString {
+			continue
+		}
+		switch name {
+		case "specversion":
+			ev.SetSpecVersion(str)
+		case "id":
+			ev.SetID(str)
+		case "source":
+			ev.SetSource(str)
+		case "type":
+			ev.SetType(str)
+		case "subject":
+			ev.SetSubject(str)
+		case "time":
+			tm, err := time.Parse(time.RFC3339Nano, str)
+			if err != nil {
+				s.errs <- err
+				return
+			}
+			ev.SetTime(tm)
+		default:
+			ev.SetExtension(name, str)
+		}
+	}
+	if err := ev.SetData(d.ContentType, d.Body); err != nil {
+		s.errs <- err
+		return
+	}
+	s.encodings <- binding.EncodingBinary
+	s.events <- &ev
 }
 
 // writeCE commits a JSON message with trace context and a binary one.
@@ -243,6 +289,7 @@ func TestRunCloudEvents(t *testing.T) {
 		{"NATSStructured", config.CloudEventsStructured, natsCESink},
 		{"MQTTStructured", config.CloudEventsStructured, mqttCESink},
 		{"AMQPStructured", config.CloudEventsStructured, amqpCESink},
+		{"AMQPBinary", config.CloudEventsBinary, amqpCESink}, // read by our own code, see amqpBinary
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
