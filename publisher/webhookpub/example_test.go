@@ -47,3 +47,20 @@ func ExampleVerify() {
 	}
 	http.Handle("/outbox/", http.HandlerFunc(handler))
 }
+
+// A Protobuf message POSTed as it is: the body is the payload, the
+// Content-Type its content type, the outbox metadata request headers.
+func ExampleWithRawBody() {
+	pub, err := webhookpub.New("https://ingest.example.com/orders", webhookpub.WithRawBody(true))
+	if err != nil {
+		log.Fatal(err)
+	}
+	errs := pub.Publish(context.Background(), []*outbox.Message{{
+		MessageID: outbox.NewMessageID(), AggregateType: "order", AggregateID: "42", EventType: "ORDER_PAID",
+		ContentType: "application/x-protobuf", // Content-Type: application/x-protobuf
+		Payload:     []byte{0x08, 0x2a},       // the body, byte for byte
+	}})
+	if errs[0] != nil {
+		log.Print(errs[0])
+	}
+}

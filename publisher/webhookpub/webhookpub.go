@@ -182,7 +182,8 @@ func WithHeader(name, value string) Option {
 // Content-Type and the metadata as request headers: every standard header
 // ([outbox.Message.StandardHeaders]: outbox-message-id, outbox-event-type,
 // ..., traceparent, tracestate and the writer's own), besides those every
-// request has. A receiver that is not ours (a CloudEvents sink, a Protobuf
+// request has, which win over a message header of the same name, as do
+// those of [WithHeader]. A receiver that is not ours (a CloudEvents sink, a Protobuf
 // endpoint) then reads the body as it is. A message whose header cannot be
 // an HTTP header (a name that is not a token, a control character in a
 // value) fails alone, permanently. It cannot be combined with [WithBatch].
@@ -431,7 +432,7 @@ func (p *Publisher) sendBatches(ctx context.Context, msgs []*outbox.Message, idx
 		// The same messages in the same order get the same id, so a
 		// receiver can drop a re-sent batch as a whole.
 		id := "batch_" + hex.EncodeToString(ids.Sum(nil))[:32]
-		err := p.post(ctx, p.URL(msgs[chunk[0]]), id, body.Bytes(), jsonBody)
+		err := p.post(ctx, p.URL(msgs[chunk[0]]), id, body.Bytes(), jsonBody())
 		for _, i := range chunk {
 			errs[i] = err
 		}
@@ -445,8 +446,8 @@ func (p *Publisher) sendBatches(ctx context.Context, msgs []*outbox.Message, idx
 	}
 }
 
-// jsonBody is the Content-Type of a request that carries envelopes.
-var jsonBody = http.Header{"Content-Type": {"application/json"}}
+// jsonBody returns the Content-Type of a request that carries envelopes.
+func jsonBody() http.Header { return http.Header{"Content-Type": {"application/json"}} }
 
 // request returns the body and the headers (besides the publisher's own)
 // of m's one-message request: its [Envelope] with m's W3C trace context, so
@@ -454,9 +455,8 @@ var jsonBody = http.Header{"Content-Type": {"application/json"}}
 // its content type and every standard header. A header that HTTP cannot
 // carry is a permanent error for m.
 func (p *Publisher) request(m *outbox.Message) ([]byte, http.Header, error) {
-	h := make(http.Header)
 	if !p.cfg.raw {
-		h.Set("Content-Type", "application/json")
+		h := jsonBody()
 		for _, k := range []string{outbox.HeaderTraceparent, outbox.HeaderTracestate} {
 			if v := m.Headers[k]; v != "" {
 				h.Set(k, v)
@@ -464,12 +464,17 @@ func (p *Publisher) request(m *outbox.Message) ([]byte, http.Header, error) {
 		}
 		return envelope.Encode(m), h, nil
 	}
+	h := make(http.Header)
 	for k, v := range m.StandardHeadersSeq() {
 		if !validHeaderName(k) || !validHeaderValue(v) {
 			return nil, nil, outbox.Permanent(fmt.Errorf("webhookpub: header %q cannot be sent as an HTTP header: "+
 				"its name is not a token or its value holds a control character", k))
 		}
-		h[http.CanonicalHeaderKey(k)] = []string{v}
+		ck := http.CanonicalHeaderKey(k)
+		if _, own := p.cfg.headers[ck]; own {
+			continue // a writer's header never replaces the operator's (an API key)
+		}
+		h[ck] = []string{v}
 	}
 	h.Set("Content-Type", m.MediaType())
 	return m.Payload, h, nil

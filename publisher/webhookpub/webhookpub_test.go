@@ -736,12 +736,14 @@ func TestRawBody(t *testing.T) {
 	t.Parallel()
 	r := newReceiver(t, 0)
 	r.raw = true
-	p := newPublisher(t, r.server.URL+"/in/{destination}", webhookpub.WithRawBody(true))
+	p := newPublisher(t, r.server.URL+"/in/{destination}", webhookpub.WithRawBody(true),
+		webhookpub.WithHeader("X-Api-Key", "operator-key"))
 
 	m := message("ord-1", 0)
 	m.ContentType = "application/x-protobuf"
 	m.Payload = []byte{0x08, 0x96, 0x01, 0xff, 0x00}
-	m.Headers = map[string]string{outbox.HeaderTraceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "x-tenant": "acme"}
+	m.Headers = map[string]string{outbox.HeaderTraceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"x-tenant": "acme", "x-api-key": "writer-key", "idempotency-key": "forged"}
 	badName := message("ord-2", 0)
 	badName.Headers = map[string]string{"bad name": "v"}
 	badValue := message("ord-3", 0)
@@ -758,7 +760,12 @@ func TestRawBody(t *testing.T) {
 	require.Equal(t, m.Payload, reqs[0].body, "the body is the payload, byte for byte")
 	require.Equal(t, "application/x-protobuf", h.Get("Content-Type"))
 	require.Equal(t, m.MessageID, h.Get("Idempotency-Key"))
+	require.Equal(t, "operator-key", h.Get("X-Api-Key"), "WithHeader wins over a message header")
+	require.Equal(t, m.MessageID, h.Get("Idempotency-Key"), "the publisher's own headers win")
 	for k, v := range m.StandardHeaders() {
+		if k == "x-api-key" || k == "idempotency-key" {
+			continue
+		}
 		require.Equal(t, v, h.Get(k), "header %s", k)
 	}
 
