@@ -69,6 +69,7 @@ type Metrics struct {
 	batchErrors     prometheus.Counter
 	fenced          prometheus.Counter
 	gone            prometheus.Counter
+	expired         prometheus.Counter
 	publishDuration prometheus.Histogram
 	stats           *statsCollector
 	slot            *slotCollector
@@ -200,6 +201,8 @@ func NewMetrics(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			"Messages published but acknowledged by nobody because another relay took their rows over (lease expired)."),
 		gone: counter("outbox_relay_gone_total",
 			"Messages published whose rows were deleted before the relay acknowledged them (by an operator, or with delete_sent by a relay that took them over)."),
+		expired: counter("outbox_relay_expired_total",
+			"Messages marked dead unpublished because their ExpiresAt had passed when the relay claimed them (also counted as dead in outbox_relay_published_total)."),
 		publishDuration: histogram("outbox_relay_publish_duration_seconds",
 			"Duration of one Publish call to the broker (one batch), measured by WrapPublisher.",
 			durationBuckets),
@@ -209,7 +212,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	}
 	m.destUp.Set(1)
 	m.all = []prometheus.Collector{m.up, m.destUp, m.destOutages, m.publishedVec, m.attempt, m.latency,
-		m.batchSize, m.batchDuration, m.batchErrors, m.fenced, m.gone, m.publishDuration, m.stats, m.slot}
+		m.batchSize, m.batchDuration, m.batchErrors, m.fenced, m.gone, m.expired, m.publishDuration, m.stats, m.slot}
 	if err := reg.Register(m); err != nil {
 		return nil, fmt.Errorf("metrics: register relay %q: %w", cfg.relay, err)
 	}
@@ -268,6 +271,8 @@ func (m *Metrics) OnBatch(ev outbox.BatchEvent) {
 }
 
 // OnMessage records one message's result; part of outbox.HookMessage. A
+// dead message that had expired (outbox.ErrExpired) is also counted by
+// outbox_relay_expired_total. A
 // message whose destination was unavailable, or that was held back, had its
 // attempt refunded, so its attempt number is not observed.
 func (m *Metrics) OnMessage(ev outbox.MessageEvent) {
@@ -276,6 +281,9 @@ func (m *Metrics) OnMessage(ev outbox.MessageEvent) {
 		msg = &outbox.Message{}
 	}
 	m.publishedCounter(ev.Result, msg).Inc()
+	if ev.Result == outbox.ResultDead && errors.Is(ev.Err, outbox.ErrExpired) {
+		m.expired.Inc()
+	}
 	if ev.Result != outbox.ResultUnavailable && ev.Result != outbox.ResultHeldBack && msg.Attempt > 0 {
 		m.attempt.Observe(float64(msg.Attempt))
 	}

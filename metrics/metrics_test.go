@@ -173,6 +173,8 @@ func TestHooksRecordSynthesizedEvents(t *testing.T) {
 	m.OnMessage(outbox.MessageEvent{Message: msg(1), Result: outbox.ResultRetry, Err: errors.New("nack")})
 	m.OnMessage(outbox.MessageEvent{Message: msg(2), Result: outbox.ResultUnavailable, Err: errors.New("down")})
 	m.OnMessage(outbox.MessageEvent{Message: msg(5), Result: outbox.ResultDead, Err: errors.New("gave up")})
+	m.OnMessage(outbox.MessageEvent{Message: msg(1), Result: outbox.ResultDead,
+		Err: &outbox.ExpiredError{ExpiresAt: created, ClaimedAt: time.Now()}})
 	// A sent message without created_at has no latency to report.
 	m.OnMessage(outbox.MessageEvent{Message: &outbox.Message{EventType: "ORDER_PAID", Attempt: 1}, Result: outbox.ResultSent})
 	// A database clock ahead of ours must not make a negative latency.
@@ -188,12 +190,13 @@ func TestHooksRecordSynthesizedEvents(t *testing.T) {
 	require.Equal(t, 4.0, value(t, reg, "outbox_relay_published_total", l("sent")))
 	require.Equal(t, 1.0, value(t, reg, "outbox_relay_published_total", l("retry")))
 	require.Equal(t, 1.0, value(t, reg, "outbox_relay_published_total", l("unavailable")))
-	require.Equal(t, 1.0, value(t, reg, "outbox_relay_published_total", l("dead")))
+	require.Equal(t, 2.0, value(t, reg, "outbox_relay_published_total", l("dead")))
+	require.Equal(t, 1.0, value(t, reg, "outbox_relay_expired_total", nil), "only the expired dead message")
 
 	att := histogram(t, reg, "outbox_relay_publish_attempt", nil)
-	require.EqualValues(t, 6, att.GetSampleCount(), "the unavailable attempt was refunded, so not observed")
-	require.EqualValues(t, 1+3+1+5+1+1, att.GetSampleSum())
-	require.EqualValues(t, 4, bucket(t, att, 1))
+	require.EqualValues(t, 7, att.GetSampleCount(), "the unavailable attempt was refunded, so not observed")
+	require.EqualValues(t, 1+3+1+5+1+1+1, att.GetSampleSum())
+	require.EqualValues(t, 5, bucket(t, att, 1))
 
 	lat := histogram(t, reg, "outbox_relay_delivery_latency_seconds", nil)
 	require.EqualValues(t, 3, lat.GetSampleCount())

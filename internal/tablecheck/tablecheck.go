@@ -42,7 +42,7 @@ const (
 	RoleKey                     // message_id, aggregate and event type: read as text
 	RoleJSON                    // payload and headers
 	RoleInteger                 // status and retry_count: compared with and set to integers
-	RoleTime                    // next_retry_at (the lease), created_at, updated_at
+	RoleTime                    // next_retry_at (the lease), created_at, updated_at, deliver_at, expires_at
 	RoleText                    // optional text columns: topic, partition_key, last_error, content_type
 	RoleBytes                   // payload_bytes: read as the bytes it holds
 )
@@ -54,6 +54,7 @@ var ColumnRoles = map[string]Role{
 	"next_retry_at": RoleTime, "created_at": RoleTime, "updated_at": RoleTime,
 	"topic": RoleText, "partition_key": RoleText, "last_error": RoleText,
 	"content_type": RoleText, "payload_bytes": RoleBytes,
+	"deliver_at": RoleTime, "expires_at": RoleTime,
 }
 
 // Params describe one table to compare.

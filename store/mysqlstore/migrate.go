@@ -20,6 +20,8 @@ var optionalColumns = []struct{ name, ddl string }{
 	{"last_error", "TEXT NULL"},
 	{"content_type", "VARCHAR(255) NULL"},
 	{"payload_bytes", "LONGBLOB NULL"},
+	{"deliver_at", "DATETIME(6) NULL"},
+	{"expires_at", "DATETIME(6) NULL"},
 }
 
 // migrateLockTimeout is how many seconds Migrate waits for another process's
@@ -28,7 +30,8 @@ const migrateLockTimeout = 30
 
 // Migrate creates the outbox table (migrations/0001_create_outbox.up.sql), or
 // brings an existing one up to date: it adds the optional columns (headers,
-// topic, partition_key, last_error, content_type, payload_bytes), an index on (status, id) for the
+// topic, partition_key, last_error, content_type, payload_bytes, deliver_at,
+// expires_at), an index on (status, id) for the
 // claim path and one on (status, aggregate_type, aggregate_id, id) for
 // ordered claims when they are missing, and leaves everything else, including a
 // hand-made table's DATETIME precision, as it is. It is idempotent, and

@@ -419,10 +419,27 @@ func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (e *entry, keep
 			if err := r.types.Scan(rel.cols[i].DataType, pgtype.TextFormatCode, c.Data, &t); err == nil {
 				m.CreatedAt = t
 			}
+		case "deliver_at", "expires_at":
+			var t pgtype.Timestamptz
+			if err := r.types.Scan(rel.cols[i].DataType, pgtype.TextFormatCode, c.Data, &t); err != nil {
+				e.bad = fmt.Errorf("row %d: %s: %w", m.RowID, name, err)
+			} else if t.Valid && t.InfinityModifier == pgtype.Finite {
+				if name == "deliver_at" {
+					m.DeliverAt = t.Time
+				} else {
+					m.ExpiresAt = t.Time
+				}
+			}
 		}
 	}
 	if status != 0 {
 		return nil, false
+	}
+	// A delayed message waits in the window, unconfirmed, until its time
+	// (docs/cdc.md: the slot keeps the log from it on until then); the
+	// relay kills an expired one when it claims it.
+	if m.DeliverAt.After(time.Now()) {
+		e.state, e.due = entryWaiting, m.DeliverAt
 	}
 	if raw != nil {
 		m.Payload = raw // payload holds JSON null (docs/table-contract.md)

@@ -80,6 +80,7 @@ func (s *Store) insertArgs(q *queries, msgs []*outbox.Message) ([]any, error) {
 		payloads, topics, keys        = make([]string, n), make([]string, n), make([]string, n)
 		headers                       = make([]pgtype.Text, n)
 		contentTypes, raws            = make([]string, n), make([][]byte, n) // raws: payloads that are not JSON
+		deliverAts, expiresAts        = make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
 	)
 	for i, m := range msgs {
 		if m == nil {
@@ -88,6 +89,11 @@ func (s *Store) insertArgs(q *queries, msgs []*outbox.Message) ([]any, error) {
 		if err := sqlcore.CanHold(m, q.contentType, q.payloadBytes); err != nil {
 			return nil, fmt.Errorf("pgstore: insert: message %d: %w", i, err)
 		}
+		if err := sqlcore.CanHoldTimes(m, q.deliverAt, q.expiresAt); err != nil {
+			return nil, fmt.Errorf("pgstore: insert: message %d: %w", i, err)
+		}
+		deliverAts[i] = pgtype.Timestamptz{Time: m.DeliverAt, Valid: !m.DeliverAt.IsZero()}
+		expiresAts[i] = pgtype.Timestamptz{Time: m.ExpiresAt, Valid: !m.ExpiresAt.IsZero()}
 		ids[i], aggTypes[i], aggIDs[i], events[i] = m.MessageID, m.AggregateType, m.AggregateID, m.EventType
 		payloads[i], topics[i], keys[i], contentTypes[i] = string(m.Payload), m.Topic, m.PartitionKey, m.ContentType
 		if !m.JSONPayload() {
@@ -101,7 +107,7 @@ func (s *Store) insertArgs(q *queries, msgs []*outbox.Message) ([]any, error) {
 			headers[i] = pgtype.Text{String: string(b), Valid: true}
 		}
 	}
-	return []any{ids, aggTypes, aggIDs, events, payloads, headers, topics, keys, contentTypes, raws}, nil
+	return []any{ids, aggTypes, aggIDs, events, payloads, headers, topics, keys, contentTypes, raws, deliverAts, expiresAts}, nil
 }
 
 // insertStatement returns the insert statement for msgs and its arguments:

@@ -31,7 +31,7 @@ var indexSuffixes = map[string]string{
 
 // migratedColumns are the columns the migrations create.
 var migratedColumns = append(slices.Clone(sqlcore.ContractColumns), "headers", "topic", "partition_key", "last_error",
-	"content_type", "payload_bytes")
+	"content_type", "payload_bytes", "deliver_at", "expires_at")
 
 // Migrate creates the table and its indexes, or adds the columns and indexes
 // an older table (or one with only the contract columns) lacks. It is

@@ -219,7 +219,7 @@ func TestMigrateConcurrently(t *testing.T) {
 	for i, err := range errs {
 		require.NoError(t, err, "migration %d", i)
 	}
-	require.Equal(t, 17, count(t, pool, `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'outbox_message'`, schema))
+	require.Equal(t, 19, count(t, pool, `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'outbox_message'`, schema))
 	require.Equal(t, 6, count(t, pool, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND tablename = 'outbox_message'`, schema))
 }
 
@@ -249,7 +249,7 @@ func TestMigrateUpgradesContractTable(t *testing.T) {
 	exec(t, pool, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('old-1', 'order', '1', 'E', '{"old":true}')`)
 
 	s := newStore(t, pool)
-	require.Equal(t, 17, count(t, pool, `SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'outbox_message'`))
+	require.Equal(t, 19, count(t, pool, `SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'outbox_message'`))
 	w := outbox.NewWriter(s)
 	m := msg("2")
 	m.Headers = map[string]string{"k": "v"}

@@ -15,6 +15,7 @@ import (
 type queries struct {
 	headers, topic, partitionKey, lastError bool
 	contentType, payloadBytes               bool // the table has content_type, payload_bytes
+	deliverAt, expiresAt                    bool // the table has deliver_at, expires_at
 	payloadJSON                             bool // the payload column is json or jsonb
 	utf8                                    bool // the server encoding is UTF8
 	createdAtText                           bool // created_at is text: read as text, parsed by message
@@ -23,8 +24,8 @@ type queries struct {
 	dataColumns  string        // columnList without id and the attempt
 	lease        *leaseQueries // WithBatchLease's statements (batchlease.go), nil without it
 	held         *heldQueries  // WithHeldClaims's statements (held.go), nil without it
-	insert       string        // $1..$10 the columns as arrays
-	insertNotify string        // insert, and NOTIFY channel $11 when the transaction commits
+	insert       string        // $1..$12 the columns as arrays
+	insertNotify string        // insert, and NOTIFY channel $13 when the transaction commits
 	claim        [3]string     // unordered, ordered, ordered with dead rows blocking
 	claimStatus  string        // unordered, on the (status, next_retry_at) index (indexes.go); $1 limit, $2 lease µs
 	ack          string
@@ -170,6 +171,8 @@ func buildQueries(table string, cols map[string]string, opt buildOptions) (*quer
 	_, q.lastError = cols["last_error"]
 	_, q.contentType = cols["content_type"]
 	_, q.payloadBytes = cols["payload_bytes"]
+	_, q.deliverAt = cols["deliver_at"]
+	_, q.expiresAt = cols["expires_at"]
 
 	payloadCast, err := jsonCast("payload", cols["payload"])
 	if err != nil {
@@ -230,12 +233,23 @@ func (q *queries) buildInsert(table string, cols map[string]string, payloadCast 
 	if q.payloadBytes {
 		names, exprs = append(names, "payload_bytes"), append(exprs, "m.payload_bytes")
 	}
+	// A delayed message is written due at its time: deliver_at keeps the
+	// time asked for, next_retry_at (which the claims filter on, through
+	// their indexes) starts there, so the claims need no change.
+	if q.deliverAt {
+		names, exprs = append(names, "deliver_at", "next_retry_at"), append(exprs, "m.deliver_at", "m.deliver_at")
+	}
+	if q.expiresAt {
+		names, exprs = append(names, "expires_at"), append(exprs, "m.expires_at")
+	}
 	q.insert = fmt.Sprintf(`INSERT INTO %s (%s)
 SELECT %s
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bytea[])
-	WITH ORDINALITY AS m(message_id, aggregate_type, aggregate_id, event_type, payload, headers, topic, partition_key, content_type, payload_bytes, ord)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bytea[],
+	$11::timestamptz[], $12::timestamptz[])
+	WITH ORDINALITY AS m(message_id, aggregate_type, aggregate_id, event_type, payload, headers, topic, partition_key, content_type, payload_bytes,
+		deliver_at, expires_at, ord)
 ORDER BY m.ord`, table, strings.Join(names, ", "), strings.Join(exprs, ", "))
-	q.insertNotify = "WITH ins AS (" + q.insert + ") SELECT pg_notify($11, '')"
+	q.insertNotify = "WITH ins AS (" + q.insert + ") SELECT pg_notify($13, '')"
 
 	return nil
 }
@@ -270,6 +284,12 @@ func (q *queries) buildClaims(table string, cols map[string]string, async string
 	}
 	if q.payloadBytes {
 		returning = append(returning, payloadBytesColumn)
+	}
+	if q.deliverAt {
+		returning = append(returning, "o.deliver_at::timestamptz")
+	}
+	if q.expiresAt {
+		returning = append(returning, "o.expires_at::timestamptz")
 	}
 	q.columnList = strings.Join(returning, ", ")
 	q.dataColumns = strings.Join(returning[2:], ", ")

@@ -153,6 +153,7 @@ type claimedRow struct {
 	createdAtText                                 pgtype.Text // instead, when the column is text
 	headers, topic, partitionKey, contentType     pgtype.Text
 	payloadBytes                                  []byte // NULL: nil
+	deliverAt, expiresAt                          pgtype.Timestamptz
 
 	// What the database already guarantees, so that message need not check
 	// it again: the payload column is json or jsonb (valid JSON), the
@@ -184,6 +185,12 @@ func (r *claimedRow) dest(q *queries, maxPayload int32) []any {
 	if q.payloadBytes {
 		d = append(d, &r.payloadBytes)
 	}
+	if q.deliverAt {
+		d = append(d, &r.deliverAt)
+	}
+	if q.expiresAt {
+		d = append(d, &r.expiresAt)
+	}
 	return d
 }
 
@@ -200,6 +207,8 @@ func (r *claimedRow) message() (*outbox.Message, error) {
 		Topic:         r.topic.String,
 		PartitionKey:  r.partitionKey.String,
 		CreatedAt:     r.createdAt.Time,
+		DeliverAt:     finiteTime(r.deliverAt),
+		ExpiresAt:     finiteTime(r.expiresAt),
 	}
 	if r.createdAtText.Valid {
 		m.CreatedAt = parseCreatedAt(r.createdAtText.String)
@@ -594,3 +603,12 @@ func (c *claimCursor) claimed(after int64, claim *outbox.Claim, limit int) {
 
 // claimSize is how many rows a claim holds.
 func claimSize(c *outbox.Claim) int { return len(c.Messages) + len(c.Malformed) }
+
+// finiteTime is a timestamp column's time, zero for NULL and for the
+// infinities (an expires_at of 'infinity' never expires).
+func finiteTime(t pgtype.Timestamptz) time.Time {
+	if !t.Valid || t.InfinityModifier != pgtype.Finite {
+		return time.Time{}
+	}
+	return t.Time
+}

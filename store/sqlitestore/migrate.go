@@ -22,11 +22,12 @@ var migrationFS embed.FS
 var optionalColumns = []struct{ name, typ string }{
 	{"headers", "TEXT"}, {"topic", "TEXT"}, {"partition_key", "TEXT"}, {"last_error", "TEXT"},
 	{"content_type", "TEXT"}, {"payload_bytes", "BLOB"},
+	{"deliver_at", "TEXT"}, {"expires_at", "TEXT"},
 }
 
 // Migrate creates the outbox table and its indexes, or brings an existing
 // table up to date: it adds the optional columns (headers, topic,
-// partition_key, last_error, content_type, payload_bytes) and the pending-rows index when they are
+// partition_key, last_error, content_type, payload_bytes, deliver_at, expires_at) and the pending-rows index when they are
 // missing, and leaves everything else, including a hand-made table's column
 // types, as it is. It runs in one BEGIN IMMEDIATE transaction, so it is
 // idempotent and safe to run from several processes at once.

@@ -31,6 +31,9 @@ const (
 	ColPartitionKey  = "partition_key"
 	ColContentType   = "content_type"
 	ColPayloadBytes  = "payload_bytes"
+	ColDeliverAt     = "deliver_at"
+	ColExpiresAt     = "expires_at"
+	ColNextRetryAt   = "next_retry_at"
 )
 
 // SelectColumns are the columns of a message a claim reads, in order: the
@@ -51,6 +54,12 @@ func SelectColumns(c Columns) []string {
 	}
 	if c.PayloadBytes {
 		sel = append(sel, ColPayloadBytes)
+	}
+	if c.DeliverAt {
+		sel = append(sel, ColDeliverAt)
+	}
+	if c.ExpiresAt {
+		sel = append(sel, ColExpiresAt)
 	}
 	return sel
 }
@@ -113,6 +122,14 @@ func (d *Dialect) DecodeRow(sel []string, vals []any) (*outbox.Message, error) {
 			m.PartitionKey = optional(col, v, &errs)
 		case ColCreatedAt:
 			m.CreatedAt, _ = d.ParseTime(v) // only for latency; zero when unreadable
+		case ColDeliverAt:
+			m.DeliverAt, _ = d.ParseTime(v) // for the record: next_retry_at decides when the row is due
+		case ColExpiresAt:
+			t, ok := d.ParseTime(v)
+			if v != nil && !ok {
+				errs = append(errs, fmt.Errorf("expires_at %v is not a time", v))
+			}
+			m.ExpiresAt = t
 		case ColPayload:
 			body = v
 		case ColPayloadBytes:
@@ -319,9 +336,21 @@ func (d *Dialect) parseTimeText(s string) (time.Time, bool) {
 }
 
 // InsertColumns are the columns an INSERT of a message sets, in order: the
-// contract's message columns, then the optional ones the table has.
+// contract's message columns, then the optional ones the table has; with
+// deliver_at, next_retry_at after it, which gets the same time, so that a
+// delayed row is due at its time through the claims' own filter.
 func InsertColumns(c Columns) []string {
-	return slices.DeleteFunc(SelectColumns(c), func(col string) bool { return col == ColCreatedAt })
+	var names []string
+	for _, col := range SelectColumns(c) {
+		switch col {
+		case ColCreatedAt:
+		case ColDeliverAt:
+			names = append(names, col, ColNextRetryAt)
+		default:
+			names = append(names, col)
+		}
+	}
+	return names
 }
 
 // RowValues returns a message's values in the order of InsertColumns(c).
@@ -330,6 +359,9 @@ func InsertColumns(c Columns) []string {
 // without the columns such a message needs is an error that says to migrate.
 func RowValues(m *outbox.Message, c Columns) ([]any, error) {
 	if err := CanHold(m, c.ContentType, c.PayloadBytes); err != nil {
+		return nil, err
+	}
+	if err := CanHoldTimes(m, c.DeliverAt, c.ExpiresAt); err != nil {
 		return nil, err
 	}
 	var body, raw any = string(m.Payload), nil
@@ -360,6 +392,13 @@ func RowValues(m *outbox.Message, c Columns) ([]any, error) {
 	if c.PayloadBytes {
 		row = append(row, raw)
 	}
+	if c.DeliverAt {
+		at := timeOrNull(m.DeliverAt)
+		row = append(row, at, at) // deliver_at, next_retry_at
+	}
+	if c.ExpiresAt {
+		row = append(row, timeOrNull(m.ExpiresAt))
+	}
 	return row, nil
 }
 
@@ -379,6 +418,31 @@ func CanHold(m *outbox.Message, contentType, payloadBytes bool) error {
 		return fmt.Errorf("content type %s is not JSON and the table has no payload_bytes column: %w", m.ContentType, ErrNeedsMigrate)
 	}
 	return nil
+}
+
+// ErrNeedsTimeColumns is the error of a message with a DeliverAt or
+// ExpiresAt that the table has no column for.
+var ErrNeedsTimeColumns = errors.New("run `outbox migrate` to add the deliver_at and expires_at columns")
+
+// CanHoldTimes reports, as an error matching ErrNeedsTimeColumns, whether a
+// table with (or without) the deliver_at and expires_at columns can hold
+// m's DeliverAt and ExpiresAt. A message that sets neither fits any table.
+func CanHoldTimes(m *outbox.Message, deliverAt, expiresAt bool) error {
+	switch {
+	case !m.DeliverAt.IsZero() && !deliverAt:
+		return fmt.Errorf("DeliverAt is set and the table has no deliver_at column: %w", ErrNeedsTimeColumns)
+	case !m.ExpiresAt.IsZero() && !expiresAt:
+		return fmt.Errorf("ExpiresAt is set and the table has no expires_at column: %w", ErrNeedsTimeColumns)
+	}
+	return nil
+}
+
+// timeOrNull is t as the stores write it (FormatTime), or NULL when zero.
+func timeOrNull(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return FormatTime(t)
 }
 
 func nullIfEmpty(s string) any {

@@ -53,6 +53,9 @@ type Columns struct {
 	// ContentType and PayloadBytes are the columns of messages that are not
 	// plain application/json (docs/table-contract.md).
 	ContentType, PayloadBytes bool
+	// DeliverAt and ExpiresAt are the columns of delayed and expiring
+	// messages (docs/table-contract.md).
+	DeliverAt, ExpiresAt bool
 }
 
 // ReadColumns checks the lower-cased column names of table (as given, for
@@ -78,6 +81,8 @@ func ReadColumns(names map[string]bool, table string, noTable error) (Columns, e
 		LastError:    names["last_error"],
 		ContentType:  names[ColContentType],
 		PayloadBytes: names[ColPayloadBytes],
+		DeliverAt:    names[ColDeliverAt],
+		ExpiresAt:    names[ColExpiresAt],
 	}, nil
 }
 

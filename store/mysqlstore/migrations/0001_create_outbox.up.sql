@@ -21,6 +21,9 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
     -- a payload that is not JSON: its bytes, with JSON null in payload
     content_type   VARCHAR(255)    NULL,
     payload_bytes  LONGBLOB        NULL,
+    -- delayed delivery (also written to next_retry_at) and expiry, in UTC
+    deliver_at     DATETIME(6)     NULL,
+    expires_at     DATETIME(6)     NULL,
     PRIMARY KEY (id),
     UNIQUE KEY uk_message_id (message_id),
     KEY idx_status_next_retry (status, next_retry_at),

@@ -21,7 +21,10 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
     last_error     TEXT,
     -- a payload that is not JSON: its bytes, with JSON null in payload
     content_type   TEXT,
-    payload_bytes  BLOB
+    payload_bytes  BLOB,
+    -- delayed delivery (also written to next_retry_at) and expiry, UTC text
+    deliver_at     TEXT,
+    expires_at     TEXT
 );
 
 CREATE INDEX IF NOT EXISTS {{index "status_next_retry_at"}} ON {{.Name}} (status, next_retry_at);
