@@ -132,7 +132,7 @@ it cannot be combined with ` + "`brokers`" + `.
 		"routes: everything then goes to that broker).\n\n| Key | Meaning |\n|---|---|\n")
 	writeFields(&b, reflect.TypeFor[Route](), comments["Route"])
 	b.WriteString("\n## `columns:` (a map, file only)\n\n" + strings.Join(strings.Fields(comments["Config"]["Columns"]), " ") +
-		"\n\nThe table of Debezium's outbox event router ([table-contract.md](table-contract.md#your-own-layout-debeziums-layout)):\n\n" +
+		"\n\nThe table of Debezium's outbox event router ([table-contract.md](table-contract.md#your-own-layout--debeziums-layout)):\n\n" +
 		"```yaml\nsource: cdc\ncolumns:\n  message_id: id\n  aggregate_type: aggregatetype\n  aggregate_id: aggregateid\n" +
 		"  event_type: type\n  payload: payload\n```\n")
 	b.WriteString("\n## Example\n\n```yaml\n" + exampleYAML + "```\n")

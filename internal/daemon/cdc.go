@@ -1,16 +1,20 @@
 package daemon
 
 import (
+	"context"
 	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/store/pgcdc"
+	"github.com/outboxkit/outbox/store/pgstore"
 )
 
 // cdcSource returns the change-data-capture source of a config with source
-// cdc, polling db's store as its fallback (nil for source polling), and
+// cdc, polling db's store as its fallback (nil for source polling; none
+// with a columns: mapping, which the polling store cannot read), and
 // registers its metrics on reg when there is one:
 // outbox_cdc_switches_total (stream to polling or back),
 // outbox_cdc_duplicates_total (messages the stream published that the
@@ -24,8 +28,16 @@ func (d *Daemon) cdcSource(db *DB, reg *prometheus.Registry) (*pgcdc.Source, err
 	if db.Pool == nil {
 		return nil, errors.New("source cdc: needs a postgres:// database")
 	}
-	opts := []pgcdc.Option{pgcdc.WithTable(c.Table), pgcdc.WithFallback(db.Store),
-		pgcdc.WithFailoverAfter(c.CDCFailoverAfter), pgcdc.WithTableAttempts(!c.CDCMemoryAttempts), pgcdc.WithLogger(d.log)}
+	opts := []pgcdc.Option{pgcdc.WithTable(c.Table), pgcdc.WithFailoverAfter(c.CDCFailoverAfter),
+		pgcdc.WithTableAttempts(!c.CDCMemoryAttempts), pgcdc.WithLogger(d.log)}
+	switch {
+	case len(c.Columns) == 0:
+		opts = append(opts, pgcdc.WithFallback(db.Store))
+	case c.LogOnly(): // never polled, never written: dead messages go to a table of the contract's layout
+		opts = append(opts, pgcdc.WithColumns(c.Columns), pgcdc.WithDeadTable(c.CDCDeadTableName()))
+	default: // the polling store reads the contract's names only: no fallback
+		opts = append(opts, pgcdc.WithColumns(c.Columns))
+	}
 	if c.CDCSlot != "" {
 		opts = append(opts, pgcdc.WithSlot(c.CDCSlot))
 	}
@@ -56,4 +68,25 @@ func (d *Daemon) cdcSource(db *DB, reg *prometheus.Registry) (*pgcdc.Source, err
 		}
 	}
 	return src, nil
+}
+
+// checkMapped prepares and checks the table of a columns: mapping, within
+// the bound of a first contact: for a log-only table it creates the dead
+// table when it is missing (the contract's layout, as outbox migrate
+// --table would), then it checks the mapping against the table's columns
+// (src.CheckTable), so that a misspelt column stops the start with the
+// mapping and the table's columns.
+func (d *Daemon) checkMapped(ctx context.Context, db *DB, src *pgcdc.Source) error {
+	cctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if src.LogOnly() {
+		dead, err := pgstore.New(db.Pool, pgstore.WithTable(d.cfg.CDCDeadTableName()))
+		if err != nil {
+			return fmt.Errorf("dead table: %w", err)
+		}
+		if err := dead.Migrate(cctx); err != nil {
+			return fmt.Errorf("create dead table %s: %w", d.cfg.CDCDeadTableName(), err)
+		}
+	}
+	return checkTable(ctx, src)
 }

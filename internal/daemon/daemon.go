@@ -160,10 +160,12 @@ func (d *Daemon) run(ctx context.Context) error {
 		return err
 	}
 	defer db.Close()
-	if err := checkTable(ctx, db.Store); err != nil {
-		return d.scrubAll(err)
+	if len(cfg.Columns) == 0 { // a mapped table is the cdc source's to check (relays)
+		if err := checkTable(ctx, db.Store); err != nil {
+			return d.scrubAll(err)
+		}
+		d.warnMissingIndexes(ctx, db.Store)
 	}
-	d.warnMissingIndexes(ctx, db.Store)
 
 	brokers, err := openBrokers(ctx, cfg.EffectiveBrokers(), brokerParams{publishTimeout: cfg.PublishTimeout, log: d.log, red: d.red,
 		raw: rawBrokers(cfg)})
@@ -197,7 +199,7 @@ func (d *Daemon) run(ctx context.Context) error {
 			return err
 		}
 	}
-	src, relays, err := d.relays(db, pub, tel)
+	src, relays, err := d.relays(ctx, db, pub, tel)
 	if err != nil {
 		return err
 	}
@@ -243,7 +245,11 @@ func (d *Daemon) serve(ctx context.Context, r parts) error {
 	}
 	if r.tel.ln != nil {
 		h := d.handler(r.tel.reg, r.db, r.brokers, r.tel.claims)
-		g.Go(func() error { return m.PollStats(gctx, r.db.Store, d.cfg.StatsInterval) })
+		var stats outbox.Store = r.db.Store
+		if len(d.cfg.Columns) > 0 { // the polling store cannot read a mapped table
+			stats = r.src
+		}
+		g.Go(func() error { return m.PollStats(gctx, stats, d.cfg.StatsInterval) })
 		g.Go(func() error { return serveHTTP(gctx, r.tel.ln, h) })
 	}
 	close(d.ready)
@@ -304,8 +310,9 @@ func (d *Daemon) serveTelemetry(tel *telemetry, pub outbox.Publisher, db *DB) (o
 }
 
 // relays builds the configured relays over the table, or over the CDC
-// source (returned too, to be run beside them) with source: cdc.
-func (d *Daemon) relays(db *DB, pub outbox.Publisher, tel *telemetry) (*pgcdc.Source, []*outbox.Relay, error) {
+// source (returned too, to be run beside them) with source: cdc; with a
+// columns: mapping it checks the mapped table first (checkMapped).
+func (d *Daemon) relays(ctx context.Context, db *DB, pub outbox.Publisher, tel *telemetry) (*pgcdc.Source, []*outbox.Relay, error) {
 	var store outbox.Store = db.Store
 	src, err := d.cdcSource(db, tel.reg)
 	if err != nil {
@@ -313,6 +320,11 @@ func (d *Daemon) relays(db *DB, pub outbox.Publisher, tel *telemetry) (*pgcdc.So
 	}
 	if src != nil {
 		store = src
+		if len(d.cfg.Columns) > 0 {
+			if err := d.checkMapped(ctx, db, src); err != nil {
+				return nil, nil, err
+			}
+		}
 	}
 	relays := make([]*outbox.Relay, d.cfg.Relays)
 	for i := range relays {
@@ -380,7 +392,10 @@ func (d *Daemon) warnMissingIndexes(ctx context.Context, s outbox.Store) {
 func (d *Daemon) archiver(db *DB, m *metrics.Metrics) (*archiver, error) {
 	c := d.cfg
 	if !c.ArchiveScheduled() {
-		if c.ArchiveEvery > 0 { // off because of delete_sent: say so, since archive_every is on by default
+		switch {
+		case c.ArchiveEvery > 0 && len(c.Columns) > 0:
+			d.log.Info("archive not scheduled: it reads the contract's column names, not a columns: mapping")
+		case c.ArchiveEvery > 0: // off because of delete_sent: say so, since archive_every is on by default
 			d.log.Info("archive not scheduled: delete_sent leaves no sent rows to archive")
 		}
 		return nil, nil

@@ -103,17 +103,9 @@ func (s *natsStream) count(t *testing.T) uint64 {
 // messageIDs returns the Nats-Msg-Id of every message in the stream, in order.
 func (s *natsStream) messageIDs(t *testing.T) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := s.js.Stream(ctx, s.name)
-	require.NoError(t, err)
-	info, err := st.Info(ctx)
-	require.NoError(t, err)
 	var ids []string
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		require.NoError(t, err)
-		ids = append(ids, m.Header.Get(jetstream.MsgIDHeader))
+	for _, m := range s.messages(t) {
+		ids = append(ids, m.header[jetstream.MsgIDHeader])
 	}
 	return ids
 }

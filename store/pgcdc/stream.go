@@ -115,7 +115,7 @@ func (s *Source) stream(ctx context.Context) error {
 		return fmt.Errorf("read the slot's position: %w", err)
 	}
 	marks := false
-	if s.cfg.tableAttempts {
+	if s.cfg.tableAttempts && !s.table.logOnly { // a log-only table counts in memory: no mark
 		marks = s.table.ensureHanded(ctx, s.log)
 	}
 	args := []string{"proto_version '1'", "publication_names '" + s.cfg.publication + "'"}
