@@ -376,13 +376,13 @@ type Broker struct {
 
 	// Format is how messages go on the wire: "outbox" (the publisher's own
 	// layout, see docs/formats.md) or "cloudevents" (CloudEvents 1.0, see
-	// publisher/cepub). A route may choose its own. Default: "outbox".
+	// publisher/cepub), one event per webhook request (so not with batch).
+	// A route may choose its own. Default: "outbox".
 	Format string `yaml:"format"`
 	// CloudEventsMode is "binary" (attributes in the binding's headers) or
 	// "structured" (an application/cloudevents+json payload) for format
 	// cloudevents. Binary needs headers: not on redis:// or mqtt:// (MQTT
-	// 3.1.1), nor with batch. Default: binary, structured for redis:// and
-	// mqtt://.
+	// 3.1.1). Default: binary, structured for redis:// and mqtt://.
 	CloudEventsMode string `yaml:"cloudevents_mode"`
 }
 

@@ -55,6 +55,29 @@ func TestValidateOutputs(t *testing.T) {
 	}
 }
 
+func TestValidateCloudEventsSource(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ source, want string }{
+		{"", ""}, {"/shop/orders", ""}, {"https://shop.example.com/orders", ""}, {"urn:shop:orders", ""},
+		{"%zz", `cloudevents_source: "%zz" is not a URI-reference`},
+		{"/shop orders", `cloudevents_source: "/shop orders" is not a URI-reference`},
+	} {
+		t.Run(tc.source, func(t *testing.T) {
+			t.Parallel()
+			c := Default()
+			c.DB = NewSecret("postgres://u@localhost/db")
+			c.Broker = NewSecret("kafka://h")
+			c.CloudEventsSource = tc.source
+			err := c.Validate()
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
 func TestRouteOutput(t *testing.T) {
 	t.Parallel()
 	kafka := &Broker{Name: "k", URL: NewSecret("kafka://h")}

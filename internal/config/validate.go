@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net/url"
 	"path"
 	"regexp"
 	"slices"
@@ -377,6 +378,11 @@ func (c *Config) validateOutputs(p *problems, brokers []Broker) {
 		out Output
 	}
 	first := make(map[string]use) // a webhook or MQTT broker's first format
+	if src := c.CloudEventsSource; src != "" {
+		if u, err := url.Parse(src); err != nil || strings.ContainsAny(src, " \t\r\n") || u.String() == "" {
+			p.add("cloudevents_source", "%q is not a URI-reference (CloudEvents source), e.g. /shop/orders", src)
+		}
+	}
 	// check checks route r (key) on broker b; a route that takes messages
 	// (not a broker's own settings) also counts towards its broker's formats.
 	check := func(key string, r *Route, b *Broker, takes bool) {
