@@ -221,18 +221,51 @@ func (r *claimedRow) message() (*outbox.Message, error) {
 		}
 		m.ContentType = ct
 	}
-	// A payload over the limit was read only in part: nothing to check.
-	// payload_bytes, when set, is the payload (payload then holds JSON null).
-	raw := r.payloadBytes != nil
-	tooLarge := r.maxPayload > 0 && (raw && len(r.payloadBytes) > int(r.maxPayload) ||
-		!raw && r.payload.Valid && len(r.payload.String) > int(r.maxPayload))
+	tooLarge := r.tooLarge()
+	bad = append(bad, r.textProblems(tooLarge)...)
+	if !tooLarge {
+		bad = append(bad, r.decodePayload(m)...)
+	}
+	if r.headers.Valid && r.headers.String != "" { // "" in a text column: no headers
+		if err := decodeHeaders(r.headers.String, &m.Headers); err != nil {
+			bad = append(bad, "headers are not a JSON object of strings: "+err.Error())
+		}
+	}
+	if r.attempt >= rowcheck.MaxAttempt {
+		bad = append(bad, rowcheck.AttemptsUncounted)
+	}
+	if tooLarge {
+		return m, &rowcheck.TooLarge{Store: "pgstore", Row: r.id, Size: -1, Limit: int(r.maxPayload), Also: strings.Join(bad, ", ")}
+	}
+	if len(bad) > 0 {
+		return m, fmt.Errorf("pgstore: row %d: %s", r.id, strings.Join(bad, ", "))
+	}
+	return m, nil
+}
+
+// tooLarge reports whether the payload is over the read limit, so that it
+// was read only in part and there is nothing to check in it.
+// payload_bytes, when set, is the payload (payload then holds JSON null).
+func (r *claimedRow) tooLarge() bool {
+	if r.maxPayload <= 0 {
+		return false
+	}
+	if r.payloadBytes != nil {
+		return len(r.payloadBytes) > int(r.maxPayload)
+	}
+	return r.payload.Valid && len(r.payload.String) > int(r.maxPayload)
+}
+
+// textProblems checks the text columns. A UTF8 database returns only valid
+// UTF-8, but a SQL_ASCII one returns the bytes as stored, and a team's own
+// table may keep payload and headers as text: check what jsonb and the
+// encoding would guarantee.
+func (r *claimedRow) textProblems(tooLarge bool) []string {
 	payload := r.payload
-	if tooLarge || raw {
+	if tooLarge || r.payloadBytes != nil {
 		payload = pgtype.Text{String: "{}", Valid: true}
 	}
-	// A UTF8 database returns only valid UTF-8, but a SQL_ASCII one returns
-	// the bytes as stored, and a team's own table may keep payload and
-	// headers as text: check what jsonb and the encoding would guarantee.
+	var bad []string
 	for _, c := range []struct {
 		name     string
 		v        pgtype.Text
@@ -253,34 +286,25 @@ func (r *claimedRow) message() (*outbox.Message, error) {
 			bad = append(bad, c.name+" is not valid UTF-8")
 		}
 	}
+	return bad
+}
+
+// decodePayload sets m.Payload from payload_bytes or payload, and returns
+// what is wrong with it under m's content type.
+func (r *claimedRow) decodePayload(m *outbox.Message) []string {
 	switch {
-	case tooLarge:
-	case raw:
+	case r.payloadBytes != nil:
 		m.Payload = r.payloadBytes
 		if m.JSONPayload() && !json.Valid(m.Payload) {
-			bad = append(bad, "payload_bytes is not valid JSON, which the content type requires")
+			return []string{"payload_bytes is not valid JSON, which the content type requires"}
 		}
 	case r.payload.Valid:
 		m.Payload = json.RawMessage(r.payload.String)
 		if !r.validJSON && m.JSONPayload() && r.payload.String != "" && !json.Valid(m.Payload) {
-			bad = append(bad, "payload is not valid JSON")
+			return []string{"payload is not valid JSON"}
 		}
 	}
-	if r.headers.Valid && r.headers.String != "" { // "" in a text column: no headers
-		if err := decodeHeaders(r.headers.String, &m.Headers); err != nil {
-			bad = append(bad, "headers are not a JSON object of strings: "+err.Error())
-		}
-	}
-	if r.attempt >= rowcheck.MaxAttempt {
-		bad = append(bad, rowcheck.AttemptsUncounted)
-	}
-	if tooLarge {
-		return m, &rowcheck.TooLarge{Store: "pgstore", Row: r.id, Size: -1, Limit: int(r.maxPayload), Also: strings.Join(bad, ", ")}
-	}
-	if len(bad) > 0 {
-		return m, fmt.Errorf("pgstore: row %d: %s", r.id, strings.Join(bad, ", "))
-	}
-	return m, nil
+	return nil
 }
 
 // parseCreatedAt reads a created_at kept as text in the forms PostgreSQL
