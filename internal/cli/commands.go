@@ -98,7 +98,8 @@ func migrateCommand() *ucli.Command {
 			"--cdc then creates the publication of the table's inserts and the logical replication slot that\n" +
 			"relays with source: cdc read (names: --cdc-slot, --cdc-publication), unless they exist; it refuses\n" +
 			"with the fix when wal_level is not logical, the role lacks REPLICATION or no slot is free.\n" +
-			"PostgreSQL only. The slot keeps log until a relay reads it: see docs/operations.md.",
+			"PostgreSQL only. The slot keeps log until a relay reads it: see docs/operations.md.\n" +
+			"A table with a columns: mapping (its own layout) is left as it is; --cdc still makes its slot.",
 		Flags: append([]ucli.Flag{configFlag(),
 			&ucli.BoolFlag{Name: "cdc", Usage: "also create the publication and replication slot of source cdc (postgres only)"},
 		}, settingFlags(migrateFlags...)...),
@@ -111,12 +112,18 @@ func migrateCommand() *ucli.Command {
 			if cmd.Bool("cdc") && db.Pool == nil {
 				return usage(fmt.Errorf("--cdc: %w", errNotPostgres))
 			}
-			if err := db.Store.Migrate(ctx); err != nil {
-				return fmt.Errorf("migrate %s: %w", cfg.Table, err)
-			}
 			out := cmd.Root().Writer
-			if _, err = fmt.Fprintf(out, "migrated table %s (%s)\n", termsafe.String(cfg.Table), db.Scheme); err != nil {
-				return err
+			if len(cfg.Columns) > 0 { // a table of its own layout: adding the contract's columns would change it
+				if _, err = fmt.Fprintf(out, "table %s has a columns: mapping: left as it is\n", termsafe.String(cfg.Table)); err != nil {
+					return err
+				}
+			} else {
+				if err := db.Store.Migrate(ctx); err != nil {
+					return fmt.Errorf("migrate %s: %w", cfg.Table, err)
+				}
+				if _, err = fmt.Fprintf(out, "migrated table %s (%s)\n", termsafe.String(cfg.Table), db.Scheme); err != nil {
+					return err
+				}
 			}
 			if !cmd.Bool("cdc") {
 				return nil
