@@ -67,6 +67,22 @@ func relayCommand() *ucli.Command {
 	}
 }
 
+// refuseMapped refuses a command that reads the table through the polling
+// store (status, dead, archive), which reads the table contract's column
+// names, when the config maps the table's columns (columns:).
+func refuseMapped(cfg *config.Config, command string) error {
+	if len(cfg.Columns) == 0 {
+		return nil
+	}
+	hint := ""
+	if cfg.LogOnly() {
+		hint = fmt.Sprintf("; its dead messages are in %s: outbox %s --db URL --table %s, without the config",
+			cfg.CDCDeadTableName(), command, cfg.CDCDeadTableName())
+	}
+	return usage(fmt.Errorf("%s reads the table contract's column names, and table %s has a columns: mapping%s",
+		command, cfg.Table, hint))
+}
+
 // openDB loads the config of a database command and opens its store.
 func openDB(ctx context.Context, cmd *ucli.Command) (*config.Config, *daemon.DB, error) {
 	cfg, err := loadConfig(cmd)
@@ -188,6 +204,9 @@ func statusCommand() *ucli.Command {
 				return err
 			}
 			defer db.Close()
+			if err := refuseMapped(cfg, "status"); err != nil {
+				return err
+			}
 			src := statusSource{table: cfg.Table, store: db.Store, slot: slotReader(cfg, db)}
 			if !cmd.Bool("watch") {
 				return printStatus(ctx, cmd, src)
