@@ -67,6 +67,22 @@ func relayCommand() *ucli.Command {
 	}
 }
 
+// refuseMapped refuses a command that reads the table through the polling
+// store (status, dead, archive), which reads the table contract's column
+// names, when the config maps the table's columns (columns:).
+func refuseMapped(cfg *config.Config, command string) error {
+	if len(cfg.Columns) == 0 {
+		return nil
+	}
+	hint := ""
+	if cfg.LogOnly() {
+		hint = fmt.Sprintf("; its dead messages are in %s: outbox %s --db URL --table %s, without the config",
+			cfg.CDCDeadTableName(), command, cfg.CDCDeadTableName())
+	}
+	return usage(fmt.Errorf("%s reads the table contract's column names, and table %s has a columns: mapping%s",
+		command, cfg.Table, hint))
+}
+
 // openDB loads the config of a database command and opens its store.
 func openDB(ctx context.Context, cmd *ucli.Command) (*config.Config, *daemon.DB, error) {
 	cfg, err := loadConfig(cmd)
@@ -98,7 +114,8 @@ func migrateCommand() *ucli.Command {
 			"--cdc then creates the publication of the table's inserts and the logical replication slot that\n" +
 			"relays with source: cdc read (names: --cdc-slot, --cdc-publication), unless they exist; it refuses\n" +
 			"with the fix when wal_level is not logical, the role lacks REPLICATION or no slot is free.\n" +
-			"PostgreSQL only. The slot keeps log until a relay reads it: see docs/operations.md.",
+			"PostgreSQL only. The slot keeps log until a relay reads it: see docs/operations.md.\n" +
+			"A table with a columns: mapping (its own layout) is left as it is; --cdc still makes its slot.",
 		Flags: append([]ucli.Flag{configFlag(),
 			&ucli.BoolFlag{Name: "cdc", Usage: "also create the publication and replication slot of source cdc (postgres only)"},
 		}, settingFlags(migrateFlags...)...),
@@ -111,12 +128,18 @@ func migrateCommand() *ucli.Command {
 			if cmd.Bool("cdc") && db.Pool == nil {
 				return usage(fmt.Errorf("--cdc: %w", errNotPostgres))
 			}
-			if err := db.Store.Migrate(ctx); err != nil {
-				return fmt.Errorf("migrate %s: %w", cfg.Table, err)
-			}
 			out := cmd.Root().Writer
-			if _, err = fmt.Fprintf(out, "migrated table %s (%s)\n", termsafe.String(cfg.Table), db.Scheme); err != nil {
-				return err
+			if len(cfg.Columns) > 0 { // a table of its own layout: adding the contract's columns would change it
+				if _, err = fmt.Fprintf(out, "table %s has a columns: mapping: left as it is\n", termsafe.String(cfg.Table)); err != nil {
+					return err
+				}
+			} else {
+				if err := db.Store.Migrate(ctx); err != nil {
+					return fmt.Errorf("migrate %s: %w", cfg.Table, err)
+				}
+				if _, err = fmt.Fprintf(out, "migrated table %s (%s)\n", termsafe.String(cfg.Table), db.Scheme); err != nil {
+					return err
+				}
 			}
 			if !cmd.Bool("cdc") {
 				return nil
@@ -181,6 +204,9 @@ func statusCommand() *ucli.Command {
 				return err
 			}
 			defer db.Close()
+			if err := refuseMapped(cfg, "status"); err != nil {
+				return err
+			}
 			src := statusSource{table: cfg.Table, store: db.Store, slot: slotReader(cfg, db)}
 			if !cmd.Bool("watch") {
 				return printStatus(ctx, cmd, src)

@@ -109,6 +109,10 @@ func openAdmin(ctx context.Context, cmd *ucli.Command) (*config.Config, *daemon.
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if err := refuseMapped(cfg, strings.TrimPrefix(cmd.FullName(), cmd.Root().Name+" ")); err != nil {
+		db.Close()
+		return nil, nil, nil, err
+	}
 	admin, ok := db.Store.(outbox.Admin)
 	if !ok {
 		db.Close()

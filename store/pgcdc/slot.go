@@ -421,7 +421,8 @@ func forgetMarks(ctx context.Context, db Querier, slot string) error {
 		return fmt.Errorf("list the mark tables: %w", err)
 	}
 	for _, ident := range idents {
-		if _, err := db.Exec(ctx, `DELETE FROM `+ident+` WHERE slot = $1`, slot); err != nil {
+		_, err := db.Exec(ctx, `DELETE FROM `+ident+` WHERE slot = $1`, slot)
+		if err != nil && !isCode(err, codeUndefinedTable) { // a table dropped since the list holds no mark
 			return fmt.Errorf("delete the slot's mark from %s: %w", ident, err)
 		}
 	}
