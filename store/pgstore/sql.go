@@ -254,14 +254,12 @@ ORDER BY m.ord`, table, strings.Join(names, ", "), strings.Join(exprs, ", "))
 	return nil
 }
 
-// buildClaims builds the unordered and ordered claims and the claim on the
-// (status, next_retry_at) index.
-func (q *queries) buildClaims(table string, cols map[string]string, async string) {
-	// Claim: lock due rows without waiting for other relays' locks, count the
-	// attempt and lease them, all in one statement (one implicit transaction).
-	// A created_at kept as text (a team's own table) is read as text: a cast
-	// to timestamptz in the statement would fail the whole claim on one row
-	// whose text is not a time.
+// claimColumns returns what a claim returns, in claimedRow.dest's order:
+// the contract's columns and the optional ones the table has. A created_at
+// kept as text (a team's own table) is read as text: a cast to timestamptz
+// in the statement would fail the whole claim on one row whose text is not
+// a time.
+func (q *queries) claimColumns(cols map[string]string) []string {
 	createdAt := "o.created_at::timestamptz"
 	if t := cols["created_at"]; t == "text" || strings.HasPrefix(t, "character") {
 		q.createdAtText, createdAt = true, "o.created_at::text"
@@ -270,27 +268,27 @@ func (q *queries) buildClaims(table string, cols map[string]string, async string
 		"o.id", "COALESCE(o.retry_count, 0)", "o.message_id::text", "o.aggregate_type::text", "o.aggregate_id::text",
 		"o.event_type::text", payloadColumn, createdAt,
 	}
-	if q.headers {
-		returning = append(returning, "o.headers::text")
+	for _, opt := range []struct {
+		has bool
+		col string
+	}{
+		{q.headers, "o.headers::text"}, {q.topic, "o.topic::text"}, {q.partitionKey, "o.partition_key::text"},
+		{q.contentType, "o.content_type::text"}, {q.payloadBytes, payloadBytesColumn},
+		{q.deliverAt, "o.deliver_at::timestamptz"}, {q.expiresAt, "o.expires_at::timestamptz"},
+	} {
+		if opt.has {
+			returning = append(returning, opt.col)
+		}
 	}
-	if q.topic {
-		returning = append(returning, "o.topic::text")
-	}
-	if q.partitionKey {
-		returning = append(returning, "o.partition_key::text")
-	}
-	if q.contentType {
-		returning = append(returning, "o.content_type::text")
-	}
-	if q.payloadBytes {
-		returning = append(returning, payloadBytesColumn)
-	}
-	if q.deliverAt {
-		returning = append(returning, "o.deliver_at::timestamptz")
-	}
-	if q.expiresAt {
-		returning = append(returning, "o.expires_at::timestamptz")
-	}
+	return returning
+}
+
+// buildClaims builds the unordered and ordered claims and the claim on the
+// (status, next_retry_at) index.
+func (q *queries) buildClaims(table string, cols map[string]string, async string) {
+	// Claim: lock due rows without waiting for other relays' locks, count the
+	// attempt and lease them, all in one statement (one implicit transaction).
+	returning := q.claimColumns(cols)
 	q.columnList = strings.Join(returning, ", ")
 	q.dataColumns = strings.Join(returning[2:], ", ")
 	for i, head := range []string{
