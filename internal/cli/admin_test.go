@@ -473,3 +473,34 @@ func TestDeadCommandsOmitHugePayloads(t *testing.T) {
 	require.Nil(t, listed[0]["payload"])
 	require.EqualValues(t, size, listed[0]["payload_size"])
 }
+
+// TestDeadShowsExpired lets a message expire before a relay runs: the relay
+// kills it, and dead list and dead show give the reason that starts with
+// expired and its expiry.
+func TestDeadShowsExpired(t *testing.T) {
+	t.Parallel()
+	eachAdminDB(t, func(t *testing.T, db adminDB) {
+		exp := time.Now().Add(300 * time.Millisecond)
+		m := &outbox.Message{AggregateType: "order", AggregateID: "1", EventType: "REMIND", Payload: []byte(`{}`), ExpiresAt: exp}
+		db.write(t, m)
+		testsvc.Eventually(t, 5*time.Second, func() bool { return time.Now().After(exp) }, "the expiry never passed")
+		runRelay(t, db, outboxtest.NewPublisher())
+		testsvc.Eventually(t, 20*time.Second, func() bool { return statusOf(t, "--db", db.dsn).Dead == 1 },
+			"the expired message is not dead")
+
+		r := run(t.Context(), "dead", "list", "--db", db.dsn, "--json")
+		require.Equal(t, ExitOK, r.code, r.stderr)
+		var dead []deadJSON
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &dead), r.stdout)
+		require.Len(t, dead, 1)
+		require.Regexp(t, `^expired at `, dead[0].Reason)
+		require.NotNil(t, dead[0].ExpiresAt)
+		require.WithinDuration(t, exp, *dead[0].ExpiresAt, time.Millisecond)
+		require.Nil(t, dead[0].DeliverAt)
+
+		r = run(t.Context(), "dead", "show", "--db", db.dsn, strconv.FormatInt(dead[0].RowID, 10))
+		require.Equal(t, ExitOK, r.code, r.stderr)
+		require.Regexp(t, `(?m)^reason:\s+expired at `, r.stdout)
+		require.Regexp(t, `(?m)^expires at:\s+`+exp.UTC().Format("2006-01-02T15:04:05"), r.stdout)
+	})
+}

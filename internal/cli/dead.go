@@ -183,6 +183,8 @@ type deadJSON struct {
 	Topic         string            `json:"topic,omitempty"`
 	PartitionKey  string            `json:"partition_key,omitempty"`
 	CreatedAt     time.Time         `json:"created_at"`
+	DeliverAt     *time.Time        `json:"deliver_at,omitempty"` // Message.DeliverAt, when set
+	ExpiresAt     *time.Time        `json:"expires_at,omitempty"` // Message.ExpiresAt, when set
 	DiedAt        time.Time         `json:"died_at"`
 	Attempts      int               `json:"attempts"`
 	Reason        string            `json:"reason"`
@@ -204,8 +206,25 @@ func toDeadJSON(d outbox.DeadMessage) deadJSON {
 		RowID: m.RowID, MessageID: m.MessageID, AggregateType: m.AggregateType, AggregateID: m.AggregateID,
 		EventType: m.EventType, Topic: m.Topic, PartitionKey: m.PartitionKey, CreatedAt: m.CreatedAt.UTC(),
 		DiedAt: d.DiedAt.UTC(), Attempts: d.Attempts, Reason: d.Reason, Headers: m.Headers, Payload: payload,
-		PayloadSize: d.PayloadSize,
+		PayloadSize: d.PayloadSize, DeliverAt: utcOrNil(m.DeliverAt), ExpiresAt: utcOrNil(m.ExpiresAt),
 	}
+}
+
+// utcOrNil is t in UTC, or nil when t is zero.
+func utcOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+// formatOptional is *t in RFC 3339, or "" when t is nil.
+func formatOptional(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return t.Format(time.RFC3339Nano)
 }
 
 // messageOf is d's message, never nil.
@@ -305,6 +324,8 @@ func deadShowCommand() *ucli.Command {
 				{"topic", j.Topic},
 				{"partition key", j.PartitionKey},
 				{"created at", j.CreatedAt.Format(time.RFC3339Nano)},
+				{"deliver at", formatOptional(j.DeliverAt)},
+				{"expires at", formatOptional(j.ExpiresAt)},
 				{"died at", j.DiedAt.Format(time.RFC3339Nano)},
 				{"attempts", strconv.Itoa(j.Attempts)},
 				{"reason", j.Reason},

@@ -34,6 +34,8 @@ const (
 	LastError     = "last_error"
 	ContentType   = "content_type"
 	PayloadBytes  = "payload_bytes"
+	DeliverAt     = "deliver_at"
+	ExpiresAt     = "expires_at"
 )
 
 // Required are the columns every mapping names: the message itself.
@@ -51,7 +53,7 @@ var StateOptional = []string{LastError}
 // Optional are the columns a mapping may name with or without the State
 // ones; the relay uses each one named. created_at, a State column, may be
 // named alone in a log-only table: it is then only read (the write time).
-var Optional = []string{Headers, Topic, PartitionKey, ContentType, PayloadBytes}
+var Optional = []string{Headers, Topic, PartitionKey, ContentType, PayloadBytes, DeliverAt, ExpiresAt}
 
 // Contract returns every column name a mapping may have as a key, in the
 // contract's order.

@@ -11,6 +11,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
 	"github.com/outboxkit/outbox/outboxtest"
+	"github.com/outboxkit/outbox/store/pgcdc"
 )
 
 // TestStreamsDelayedAndExpired streams a delayed message, one behind it in
@@ -70,6 +71,42 @@ func TestStreamsDelayedAndExpired(t *testing.T) {
 			var reason string
 			require.NoError(t, e.pool.QueryRow(ctx, "SELECT last_error FROM "+e.table+" WHERE status = 2").Scan(&reason))
 			require.Regexp(t, "^expired", reason)
+		})
+	}
+}
+
+// TestStreamsMessageExpiredInTheLog writes an expiring message while no
+// source reads the slot and starts one after the expiry: the message,
+// read from the log, goes dead unpublished, and its dead row (recorded
+// anew when the writer deleted it) keeps its expiry.
+func TestStreamsMessageExpiredInTheLog(t *testing.T) {
+	t.Parallel()
+	for _, mode := range rowModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, mode.deleted)
+			ctx := context.Background()
+			_, err := pgcdc.Setup(ctx, e.pool, e.table, e.slot, e.pub) // the slot keeps the log from here on
+			require.NoError(t, err)
+			exp := time.Now().Add(300 * time.Millisecond)
+			m := &outbox.Message{AggregateType: "order", AggregateID: "a", EventType: "E", Payload: []byte(`1`), ExpiresAt: exp}
+			tx, err := e.pool.Begin(ctx)
+			require.NoError(t, err)
+			require.NoError(t, e.writer.Write(ctx, tx, m))
+			require.NoError(t, tx.Commit(ctx))
+			testsvc.Eventually(t, 5*time.Second, func() bool { return time.Now().After(exp) }, "the expiry never passed")
+
+			pub := outboxtest.NewPublisher()
+			start(t, e.source(), pub)
+			testsvc.Eventually(t, 15*time.Second, func() bool { return e.statusCounts()[2] == 1 },
+				"the expired message is not dead: %v", e.statusCounts())
+			require.Zero(t, pub.Count(), "the expired message was published")
+			var reason string
+			var expires time.Time
+			require.NoError(t, e.pool.QueryRow(ctx, "SELECT last_error, expires_at FROM "+e.table+" WHERE status = 2").
+				Scan(&reason, &expires))
+			require.Regexp(t, "^expired at ", reason)
+			require.WithinDuration(t, exp, expires, time.Millisecond)
 		})
 	}
 }

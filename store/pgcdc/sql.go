@@ -32,6 +32,7 @@ type table struct {
 	lastError bool   // the table has a last_error column
 	headers   bool   // and headers, topic, partition_key
 	content   bool   // and content_type, payload_bytes
+	times     bool   // and deliver_at, expires_at
 	// cols maps the contract's column names to the table's (WithColumns);
 	// nil: the contract's own names. rev is the other way round (nil too).
 	cols    colmap.Map
@@ -105,6 +106,7 @@ func (t *table) columns(ctx context.Context) error {
 	t.lastError = t.has(has, colmap.LastError)
 	t.headers = t.has(has, colmap.Headers) && t.has(has, colmap.Topic) && t.has(has, colmap.PartitionKey)
 	t.content = t.has(has, colmap.ContentType) && t.has(has, colmap.PayloadBytes)
+	t.times = t.has(has, colmap.DeliverAt) && t.has(has, colmap.ExpiresAt)
 	return nil
 }
 
@@ -390,6 +392,7 @@ func (t *table) insertDead(ctx context.Context, dead []outbox.Dead) error {
 	payloads, attempts, created := make([]string, n), make([]int32, n), make([]pgtype.Timestamptz, n)
 	headers, topics, keys, reasons := make([]pgtype.Text, n), make([]pgtype.Text, n), make([]pgtype.Text, n), make([]string, n)
 	types, raws := make([]pgtype.Text, n), make([][]byte, n)
+	deliverAts, expiresAts := make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
 	for i, d := range dead {
 		m := d.Message
 		ids[i], aggTypes[i], aggIDs[i], events[i] = m.MessageID, m.AggregateType, m.AggregateID, m.EventType
@@ -402,6 +405,8 @@ func (t *table) insertDead(ctx context.Context, dead []outbox.Dead) error {
 			payloads[i] = "null" // a malformed row's payload is not kept; its reason says why
 		}
 		created[i] = pgtype.Timestamptz{Time: m.CreatedAt, Valid: !m.CreatedAt.IsZero()}
+		deliverAts[i] = pgtype.Timestamptz{Time: m.DeliverAt, Valid: !m.DeliverAt.IsZero()}
+		expiresAts[i] = pgtype.Timestamptz{Time: m.ExpiresAt, Valid: !m.ExpiresAt.IsZero()}
 		if len(m.Headers) > 0 {
 			b, _ := json.Marshal(m.Headers)
 			headers[i] = pgtype.Text{String: string(b), Valid: true}
@@ -423,13 +428,18 @@ func (t *table) insertDead(ctx context.Context, dead []outbox.Dead) error {
 		cols += ", {content_type}, {payload_bytes}"
 		vals += ", d.ctype, d.raw"
 	}
+	if t.times {
+		cols += ", {deliver_at}, {expires_at}"
+		vals += ", d.deliver, d.expires"
+	}
 	q := `INSERT INTO {T} (` + cols + `)
 SELECT ` + vals + `
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::timestamptz[],
-            $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bytea[])
-     AS d(mid, atype, aid, ev, payload, attempt, created, headers, topic, pkey, reason, ctype, raw)
+            $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bytea[], $14::timestamptz[], $15::timestamptz[])
+     AS d(mid, atype, aid, ev, payload, attempt, created, headers, topic, pkey, reason, ctype, raw, deliver, expires)
 ON CONFLICT ({message_id}) DO NOTHING`
-	_, err := t.pool.Exec(ctx, t.q(q), ids, aggTypes, aggIDs, events, payloads, attempts, created, headers, topics, keys, reasons, types, raws)
+	_, err := t.pool.Exec(ctx, t.q(q), ids, aggTypes, aggIDs, events, payloads, attempts, created, headers, topics, keys, reasons, types, raws,
+		deliverAts, expiresAts)
 	if err != nil {
 		return fmt.Errorf("pgcdc: record %d dead messages: %w", n, err)
 	}
