@@ -426,17 +426,49 @@ func (s *Source) claimStream(ctx context.Context, p outbox.ClaimParams, now time
 	s.mu.Lock()
 	es := s.win.candidates(p.Limit, p.Ordered, now)
 	s.win.handOut(es)
+	cl, fresh := s.planLookUp(es)
 	s.mu.Unlock()
 	if len(es) == 0 {
 		return &outbox.Claim{}, nil
 	}
-	// Which of them does the table keep, and are they still pending? A row
-	// seen once is looked up again only when it is kept: each claim of it
-	// counts its attempt in the table, except a fresh claim (see fresh).
+	var st map[int64]rowState
+	if len(cl.ids) > 0 {
+		var err error
+		if st, err = s.claimRows(ctx, cl); err != nil {
+			s.mu.Lock()
+			for _, e := range es {
+				s.unclaim(e)
+			}
+			s.mu.Unlock()
+			return nil, err
+		}
+	}
+	c := &outbox.Claim{Messages: make([]*outbox.Message, 0, len(es))}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range es {
+		if s.lookUp(e) && !s.applyRow(e, st, fresh[e]) {
+			continue // settled already
+		}
+		if e.bad != nil {
+			c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: e.out, Err: e.bad})
+			continue
+		}
+		c.Messages = append(c.Messages, e.out)
+	}
+	s.wakeAllLocked() // a skipped entry may free its aggregate's next message
+	return c, nil
+}
+
+// planLookUp returns the claim statement's input for the entries handed
+// out: which of them does the table keep, and are they still pending? A
+// row seen once is looked up again only when it is kept: each claim of it
+// counts its attempt in the table, except a fresh claim (see fresh), whose
+// entries come back in the set. Called with s.mu held.
+func (s *Source) planLookUp(es []*entry) (claim, map[*entry]bool) {
 	cl := claim{slot: s.cfg.slot}
 	seen := map[uint32]bool{}
 	fresh := map[*entry]bool{}
-	s.mu.Lock()
 	for _, e := range es {
 		if !s.lookUp(e) {
 			continue
@@ -460,55 +492,35 @@ func (s *Source) claimStream(ctx context.Context, p outbox.ClaimParams, now time
 			cl.xids = append(cl.xids, int64(e.txn.xid))
 		}
 	}
-	s.mu.Unlock()
-	var st map[int64]rowState
-	if len(cl.ids) > 0 {
-		var err error
-		if st, err = s.claimRows(ctx, cl); err != nil {
-			s.mu.Lock()
-			for _, e := range es {
-				s.unclaim(e)
-			}
-			s.mu.Unlock()
-			return nil, err
-		}
+	return cl, fresh
+}
+
+// applyRow takes what the claim statement found of e's row (st) into e,
+// and reports false when the row was settled already, by a polling relay or
+// an operator (a kept row that is gone was deleted after it was sent): e is
+// then settled in the window too. Called with s.mu held.
+func (s *Source) applyRow(e *entry, st map[int64]rowState, fresh bool) bool {
+	row, found := st[e.msg.RowID]
+	switch {
+	case found && row.status != 0, !found && e.checked:
+		e.checked = true
+		s.win.settle(e)
+		return false
+	case found && fresh:
+		// Counted in memory only: the slot's mark, raised in the same
+		// statement, tells a later reader that it may have been handed
+		// out. The row's count is that of a polling relay, if one claimed
+		// it during a failover.
+		e.counted = row.count
+		e.attempts = min(row.count, rowcheck.MaxAttempt-1) + 1
+		e.out.Attempt = e.attempts
+	case found && s.cfg.tableAttempts:
+		e.counted = row.count
+		e.attempts = row.count // the table's count, which survives a restart
+		e.out.Attempt = row.count
 	}
-	c := &outbox.Claim{Messages: make([]*outbox.Message, 0, len(es))}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, e := range es {
-		if s.lookUp(e) {
-			row, found := st[e.msg.RowID]
-			switch {
-			case found && row.status != 0, !found && e.checked:
-				// Settled already, by a polling relay or an operator (a kept
-				// row that is gone was deleted after it was sent).
-				e.checked = true
-				s.win.settle(e)
-				continue
-			case found && fresh[e]:
-				// Counted in memory only: the slot's mark, raised in the
-				// same statement, tells a later reader that it may have
-				// been handed out. The row's count is that of a polling
-				// relay, if one claimed it during a failover.
-				e.counted = row.count
-				e.attempts = min(row.count, rowcheck.MaxAttempt-1) + 1
-				e.out.Attempt = e.attempts
-			case found && s.cfg.tableAttempts:
-				e.counted = row.count
-				e.attempts = row.count // the table's count, which survives a restart
-				e.out.Attempt = row.count
-			}
-			e.checked, e.kept = true, found
-		}
-		if e.bad != nil {
-			c.Malformed = append(c.Malformed, outbox.MalformedRow{Message: e.out, Err: e.bad})
-			continue
-		}
-		c.Messages = append(c.Messages, e.out)
-	}
-	s.wakeAllLocked() // a skipped entry may free its aggregate's next message
-	return c, nil
+	e.checked, e.kept = true, found
+	return true
 }
 
 // lookUp reports whether a claim looks e's row up: the first time, and,

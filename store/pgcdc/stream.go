@@ -366,6 +366,66 @@ func contentError(m *outbox.Message, fromBytes bool) error {
 	return nil
 }
 
+// col is one column of an inserted row, in text format.
+type col struct {
+	name string // the contract's name
+	typ  uint32 // the column's type OID
+	data []byte
+}
+
+// column sets what column c of a row says on e's message, the row's status
+// in status and payload_bytes in raw; a value it cannot read makes e bad.
+func (r *reader) column(e *entry, c col, status *int64, raw *[]byte) {
+	m := e.msg
+	v := string(c.data)
+	switch c.name {
+	case "id":
+		m.RowID, _ = strconv.ParseInt(v, 10, 64)
+	case "message_id":
+		m.MessageID = v
+	case "aggregate_type":
+		m.AggregateType = v
+	case "aggregate_id":
+		m.AggregateID = v
+	case "event_type":
+		m.EventType = v
+	case "payload":
+		m.Payload = json.RawMessage(c.data)
+	case "status":
+		*status, _ = strconv.ParseInt(v, 10, 16)
+	case "topic":
+		m.Topic = v
+	case "partition_key":
+		m.PartitionKey = v
+	case "content_type":
+		m.ContentType = v
+	case "payload_bytes":
+		if err := r.types.Scan(c.typ, pgtype.TextFormatCode, c.data, raw); err != nil {
+			e.bad = fmt.Errorf("row %d: payload_bytes: %w", m.RowID, err)
+		}
+	case "headers":
+		if err := json.Unmarshal(c.data, &m.Headers); err != nil {
+			e.bad = fmt.Errorf("row %d: headers are not a JSON object of strings: %w", m.RowID, err)
+		}
+	case "created_at":
+		var t time.Time
+		if err := r.types.Scan(c.typ, pgtype.TextFormatCode, c.data, &t); err == nil {
+			m.CreatedAt = t
+		}
+	case "deliver_at", "expires_at":
+		var t pgtype.Timestamptz
+		if err := r.types.Scan(c.typ, pgtype.TextFormatCode, c.data, &t); err != nil {
+			e.bad = fmt.Errorf("row %d: %s: %w", m.RowID, c.name, err)
+		} else if t.Valid && t.InfinityModifier == pgtype.Finite {
+			if c.name == "deliver_at" {
+				m.DeliverAt = t.Time
+			} else {
+				m.ExpiresAt = t.Time
+			}
+		}
+	}
+}
+
 // decode turns an inserted row into an entry. keep is false for a row that
 // is not pending when written (a dead row the source itself recorded).
 func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (e *entry, keep bool) {
@@ -383,54 +443,8 @@ func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (e *entry, keep
 		if c.DataType != pglogrepl.TupleDataTypeText {
 			continue // NULL (or an unchanged TOAST value, which an insert never has)
 		}
-		v := string(c.Data)
 		have[name] = true
-		switch name {
-		case "id":
-			m.RowID, _ = strconv.ParseInt(v, 10, 64)
-		case "message_id":
-			m.MessageID = v
-		case "aggregate_type":
-			m.AggregateType = v
-		case "aggregate_id":
-			m.AggregateID = v
-		case "event_type":
-			m.EventType = v
-		case "payload":
-			m.Payload = json.RawMessage(c.Data)
-		case "status":
-			status, _ = strconv.ParseInt(v, 10, 16)
-		case "topic":
-			m.Topic = v
-		case "partition_key":
-			m.PartitionKey = v
-		case "content_type":
-			m.ContentType = v
-		case "payload_bytes":
-			if err := r.types.Scan(rel.cols[i].DataType, pgtype.TextFormatCode, c.Data, &raw); err != nil {
-				e.bad = fmt.Errorf("row %d: payload_bytes: %w", m.RowID, err)
-			}
-		case "headers":
-			if err := json.Unmarshal(c.Data, &m.Headers); err != nil {
-				e.bad = fmt.Errorf("row %d: headers are not a JSON object of strings: %w", m.RowID, err)
-			}
-		case "created_at":
-			var t time.Time
-			if err := r.types.Scan(rel.cols[i].DataType, pgtype.TextFormatCode, c.Data, &t); err == nil {
-				m.CreatedAt = t
-			}
-		case "deliver_at", "expires_at":
-			var t pgtype.Timestamptz
-			if err := r.types.Scan(rel.cols[i].DataType, pgtype.TextFormatCode, c.Data, &t); err != nil {
-				e.bad = fmt.Errorf("row %d: %s: %w", m.RowID, name, err)
-			} else if t.Valid && t.InfinityModifier == pgtype.Finite {
-				if name == "deliver_at" {
-					m.DeliverAt = t.Time
-				} else {
-					m.ExpiresAt = t.Time
-				}
-			}
-		}
+		r.column(e, col{name: name, typ: rel.cols[i].DataType, data: c.Data}, &status, &raw)
 	}
 	if status != 0 {
 		return nil, false
