@@ -148,3 +148,20 @@ func TestMemoryStoreSettles(t *testing.T) {
 		require.Equal(t, "refused", dead[0].Reason)
 	})
 }
+
+func TestMemoryStoreDelaysAndKeepsExpiry(t *testing.T) {
+	t.Parallel()
+	s := outboxtest.NewMemoryStore()
+	w := outbox.NewWriter[*outboxtest.MemoryTx](s)
+	tx := s.Begin()
+	later, expiry := time.Now().Add(time.Hour), time.Now().Add(2*time.Hour)
+	require.NoError(t, w.Write(t.Context(), tx,
+		&outbox.Message{AggregateType: "order", AggregateID: "late", EventType: "E", Payload: []byte(`{}`), DeliverAt: later},
+		&outbox.Message{AggregateType: "order", AggregateID: "now", EventType: "E", Payload: []byte(`{}`), ExpiresAt: expiry},
+	))
+	require.NoError(t, tx.Commit())
+	c, err := s.Claim(t.Context(), outbox.ClaimParams{Limit: 10, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, []string{"now"}, ids(c), "the delayed message is not due")
+	require.True(t, c.Messages[0].ExpiresAt.Equal(expiry), "the claim hands ExpiresAt back")
+}

@@ -17,7 +17,9 @@
 // aggregate_id and event_type VARCHAR(64), payload JSON, status TINYINT,
 // retry_count INT, next_retry_at, created_at and updated_at DATETIME(6),
 // indexes on (status, next_retry_at) and (aggregate_type, aggregate_id))
-// plus headers JSON, topic and partition_key VARCHAR(255), last_error TEXT
+// plus headers JSON, topic and partition_key VARCHAR(255), last_error TEXT,
+// content_type and payload_bytes, deliver_at and expires_at DATETIME(6)
+// (delayed and expiring messages, docs/table-contract.md),
 // an index on (status, id) for the claim path and one on (status,
 // aggregate_type, aggregate_id, id) for ordered claims; InnoDB, utf8mb4 with
 // a binary collation.

@@ -19,7 +19,9 @@
 // next_retry_at, created_at and updated_at timestamptz, an index on (status,
 // next_retry_at) and one on (aggregate_type, aggregate_id)) plus columns of
 // its own: headers jsonb (trace context and the caller's headers), topic and
-// partition_key varchar(255), last_error text, a partial index on the
+// partition_key varchar(255), last_error text, content_type and
+// payload_bytes, deliver_at and expires_at timestamptz (delayed and expiring
+// messages, docs/table-contract.md), a partial index on the
 // pending rows for the claim path, and one on (aggregate_type, aggregate_id,
 // id) of the pending and dead rows for ordered claims.
 //

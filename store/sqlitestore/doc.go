@@ -35,7 +35,8 @@
 // [Store.Migrate] creates the table with the contract's columns (id INTEGER
 // PRIMARY KEY AUTOINCREMENT, message_id, aggregate_type, aggregate_id,
 // event_type, payload, status, retry_count, next_retry_at, created_at,
-// updated_at) plus headers, topic, partition_key and last_error, and the
+// updated_at) plus headers, topic, partition_key, last_error, content_type,
+// payload_bytes, deliver_at and expires_at (UTC text), and the
 // indexes on (status, next_retry_at), (aggregate_type, aggregate_id) and on
 // pending rows. JSON (payload, headers) is TEXT, checked when read: a payload
 // that is not valid UTF-8 JSON comes back in [outbox.Claim].Malformed.

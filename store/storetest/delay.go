@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -152,4 +153,63 @@ func (s *suite) delayOnOldTable(t *testing.T) {
 		require.Contains(t, err.Error(), "outbox migrate", "the error says to migrate")
 	}
 	require.EqualValues(t, 1, f.count(""), "the refused writes left nothing")
+}
+
+// delayedInFront puts 20,000 delayed rows (next_retry_at an hour ahead, as
+// Write with DeliverAt leaves them) in front of (lower ids than) 300 due
+// rows: claims of every kind take due rows only. It logs how long each
+// claim took alone and behind the delayed rows, for docs/tuning.md
+// ("Delayed messages").
+func (s *suite) delayedInFront(t *testing.T) {
+	const delayed, due = 20000, 300
+	f := s.fresh(t)
+	concat, analyze := "'%[1]s' || CAST(i AS CHAR(20))", "ANALYZE {t}"
+	switch f.h.Dialect {
+	case MySQL:
+		concat, analyze = "CONCAT('%[1]s', i)", "ANALYZE TABLE {t}"
+	case SQLite:
+		analyze = "ANALYZE"
+	case Postgres:
+		concat = "'%[1]s' || i"
+	}
+	// i from lo + 1 to lo + n, through a cross join of 1,000 rows (MariaDB
+	// stops a recursion at 1,000 by default).
+	insert := func(lo, n int, cols string, vals string, args ...any) {
+		t.Helper()
+		f.exec(`INSERT INTO {t} (id, message_id, aggregate_type, aggregate_id, event_type, payload`+cols+`)
+			WITH RECURSIVE r(j) AS (SELECT 0 UNION ALL SELECT j + 1 FROM r WHERE j < 999),
+				n(i) AS (SELECT a.j + 1000 * b.j + 1 + ? FROM r AS a, r AS b WHERE a.j + 1000 * b.j < ?)
+			SELECT i, `+vals+` FROM n`, append([]any{lo, n}, args...)...)
+	}
+	key := func(prefix string) string { return fmt.Sprintf(concat, prefix) }
+	insert(1_000_000, due, "", key("p")+", 'order', "+key("p")+", 'E', '{}'")
+	f.exec(analyze)
+	cases := []outbox.ClaimParams{
+		{Limit: 100, Lease: hour}, {Limit: 10, Lease: hour}, {Limit: 100, Lease: hour, Ordered: true, BlockOnDead: true},
+	}
+	claim := func(p outbox.ClaimParams) time.Duration {
+		t.Helper()
+		start := time.Now()
+		c := f.claim(p)
+		took := time.Since(start)
+		require.Len(t, c.Messages, p.Limit)
+		for _, m := range c.Messages {
+			require.Equal(t, "p", m.AggregateID[:1], "a delayed row was claimed: %s", m.MessageID)
+		}
+		f.exec("UPDATE {t} SET next_retry_at = NULL, retry_count = 0 WHERE id > 1000000") // due again
+		return took
+	}
+	alone := make([]time.Duration, len(cases))
+	for i, p := range cases {
+		claim(p) // the statements' first run
+		alone[i] = claim(p)
+	}
+	later := f.h.Time(time.Now().Add(hour))
+	insert(0, delayed, ", deliver_at, next_retry_at", key("d")+", 'order', "+key("d")+", 'E', '{}', ?, ?", later, later)
+	f.exec(analyze)
+	for i, p := range cases {
+		claim(p)
+		t.Logf("%s claim of %d (ordered %v), %d due rows: alone %v, behind %d delayed rows %v", f.h.Dialect,
+			p.Limit, p.Ordered, due, alone[i].Round(10*time.Microsecond), delayed, claim(p).Round(10*time.Microsecond))
+	}
 }

@@ -33,7 +33,11 @@
 // concurrent claimers that never share a row, per-aggregate ordered claims
 // (also under concurrency), three relays with ordering delivering what four
 // writers commit meanwhile, malformed rows reported in [outbox.Claim] so they
-// can be killed, a Writer round trip that keeps every field, a table made
+// can be killed, a Writer round trip that keeps every field, delayed
+// delivery and expiry (a delayed row not claimed before its time, holding
+// back its aggregate, expired rows going dead through a relay, claims
+// behind many delayed rows, and the refusal on a table without the
+// columns), a table made
 // by hand with only the contract columns, and hostile rows (values a writer
 // in another language can put in those columns: a retry_count at an
 // integer's limit, NULLs, times far in the past or future, headers that are

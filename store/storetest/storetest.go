@@ -145,6 +145,7 @@ func Run(t *testing.T, h Harness) {
 		{"DelayedHeadHoldsItsAggregate", s.delayOrderedHead},
 		{"ExpiredRowsGoDeadThroughARelay", s.expiryThroughRelay},
 		{"DelayNeedsMigratedTable", s.delayOnOldTable},
+		{"ClaimsBehindDelayedRows", s.delayedInFront},
 		{"MalformedRowsCanBeKilled", s.malformed},
 		{"ContractOnlyTable", s.contractOnly},
 		{"HostileRowsDoNotStopDelivery", s.hostile},
