@@ -252,6 +252,7 @@ c AS (
 	RETURNING o.{id}, o.{retry_count}
 )`+mark+`
 SELECT v.ok, NULL::bigint, NULL::smallint, NULL::integer FROM v
+	WHERE (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
 UNION ALL
 SELECT true, {id}, 0::smallint, {retry_count} FROM c
 UNION ALL
