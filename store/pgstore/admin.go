@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -234,16 +236,23 @@ func (s *Store) archiveTable(ctx context.Context) (string, string, error) {
 	}
 	parts, _ := splitTable(s.ArchiveTable())
 	ident := pgx.Identifier(parts).Sanitize()
-	cols, err := s.columns(ctx, s.poolRow)
+	cols, err := s.tableColumns(ctx, s.poolRow)
 	if err != nil {
 		return "", "", err
 	}
+	order := migratedColumns
+	if s.m != nil { // a table of its own layout: every column moves, the mapped ones and the others
+		order = slices.Sorted(maps.Keys(cols))
+	}
 	names := make([]string, 0, len(cols))
 	var add []string
-	for _, c := range migratedColumns {
+	for _, c := range order {
 		typ, ok := cols[c]
 		if !ok {
 			continue
+		}
+		if s.m != nil {
+			c = pgx.Identifier{c}.Sanitize() // the table's name: left alone by the mapper
 		}
 		names = append(names, c)
 		// typ comes from format_type of the live table, never from a caller.

@@ -27,8 +27,8 @@ import (
 //
 // A mapped table is the team's own: [Store.Migrate] refuses it, and
 // [WithBatchLease], [WithHeldClaims] and [WithNotifyTrigger] are refused
-// with it (not available yet). [Store.Archive] moves the mapped columns
-// only. [Store.MissingIndexes] knows the indexes by the contract's index
+// with it (not available yet). [Store.Archive] moves every column of the
+// table, mapped or not. [Store.MissingIndexes] knows the indexes by the contract's index
 // names only, so it may advise an index the table has under another name.
 // Default: none (the contract's names).
 func WithColumns(cols map[string]string) Option {

@@ -171,3 +171,21 @@ func TestMappedColumnMissing(t *testing.T) {
 		require.ErrorContains(t, err, "ob_retry_count, ob_status", name+": the table's columns")
 	}
 }
+
+// TestMappedArchiveKeepsEveryColumn checks that Archive on a mapped table
+// moves the columns the mapping does not name too.
+func TestMappedArchiveKeepsEveryColumn(t *testing.T) {
+	t.Parallel()
+	pool, _, _ := testsvc.PostgresSchema(t)
+	s := mappedTable(t, pool)
+	exec(t, pool, "ALTER TABLE mapped_outbox ADD COLUMN tenant text")
+	ctx := t.Context()
+	w := outbox.NewWriter(s)
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return w.Write(ctx, tx, msg("a-1")) }))
+	exec(t, pool, "UPDATE mapped_outbox SET tenant = 'acme', ob_status = 1, ob_updated_at = now() - interval '2 days'")
+	n, err := s.Archive(ctx, outbox.ArchiveParams{OlderThan: time.Hour, Batch: 10})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, 1, count(t, pool, "SELECT count(*) FROM mapped_outbox_archive WHERE tenant = 'acme' AND aggregateid = 'a-1'"))
+	require.Zero(t, count(t, pool, "SELECT count(*) FROM mapped_outbox"))
+}

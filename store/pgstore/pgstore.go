@@ -349,6 +349,15 @@ var errNoTable = errors.New("does not exist")
 // columns returns the table's column types by name, the contract's names
 // with WithColumns. A missing table is an error.
 func (s *Store) columns(ctx context.Context, run rowQuerier) (map[string]string, error) {
+	cols, err := s.tableColumns(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	return s.contractColumns(cols)
+}
+
+// tableColumns returns the table's column types by the table's own names.
+func (s *Store) tableColumns(ctx context.Context, run rowQuerier) (map[string]string, error) {
 	var list string
 	if err := run(ctx, columnsSQL, s.ident).Scan(&list); err != nil {
 		return nil, fmt.Errorf("pgstore: read columns of %s: %w", s.cfg.table, err)
@@ -362,5 +371,5 @@ func (s *Store) columns(ctx context.Context, run rowQuerier) (map[string]string,
 			cols[name] = typ
 		}
 	}
-	return s.contractColumns(cols)
+	return cols, nil
 }
