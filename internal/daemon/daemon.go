@@ -161,17 +161,12 @@ func (d *Daemon) run(ctx context.Context) error {
 		return err
 	}
 	defer db.Close()
-	switch {
-	case len(cfg.Columns) == 0:
+	if len(cfg.Columns) == 0 || cfg.Source != config.SourceCDC { // with cdc, a mapped table is the source's to check (relays)
 		if err := checkTable(ctx, db.Store); err != nil {
 			return d.scrubAll(err)
 		}
 		d.warnMissingIndexes(ctx, db.Store)
-	case cfg.Source != config.SourceCDC: // a mapped table: its indexes have names of its own, no advice
-		if err := checkTable(ctx, db.Store); err != nil {
-			return d.scrubAll(err)
-		}
-	} // source cdc: a mapped table is the cdc source's to check (relays)
+	}
 
 	brokers, err := openBrokers(ctx, cfg.EffectiveBrokers(), brokerParams{publishTimeout: cfg.PublishTimeout, log: d.log, red: d.red,
 		raw: rawBrokers(cfg)})

@@ -28,9 +28,9 @@ import (
 // A mapped table is the team's own: [Store.Migrate] refuses it, and
 // [WithBatchLease], [WithHeldClaims] and [WithNotifyTrigger] are refused
 // with it (not available yet). [Store.Archive] moves every column of the
-// table, mapped or not. [Store.MissingIndexes] knows the indexes by the contract's index
-// names only, so it may advise an index the table has under another name.
-// Default: none (the contract's names).
+// table, mapped or not. The claims know their indexes by the names Migrate
+// gives them, which [Store.MissingIndexes] advises with the table's
+// columns. Default: none (the contract's names).
 func WithColumns(cols map[string]string) Option {
 	return func(c *config) { c.columns = colmap.Map(maps.Clone(cols)) }
 }

@@ -45,29 +45,43 @@ func mappedTable(t *testing.T, pool *pgxpool.Pool, opts ...pgstore.Option) *pgst
 }
 
 // TestStoreMappedColumns runs the conformance suite on a table whose
-// columns all have other names, read through WithColumns. The suite's own
-// SQL, written with the contract's names, reaches the table through
-// mappedDB.
+// columns all have other names, read through WithColumns: with Migrate's
+// claim indexes, and with only the contract's (the claims then read the
+// (status, next_retry_at) index). The suite's own SQL, written with the
+// contract's names, reaches the table through mappedDB.
 func TestStoreMappedColumns(t *testing.T) {
 	t.Parallel()
-	h := storetest.Harness{
-		Dialect: storetest.Postgres,
-		Runs:    true,
-		New: func(t *testing.T) *storetest.Fixture {
-			pool, _, _ := testsvc.PostgresSchema(t)
-			s := mappedTable(t, pool)
-			w := outbox.NewWriter(s)
-			return &storetest.Fixture{
-				Store: s,
-				Write: func(ctx context.Context, msgs ...*outbox.Message) error {
-					return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
+	for _, tc := range []struct {
+		name string
+		ddl  string
+	}{
+		{"MigratedIndexes", ""},
+		{"ContractIndexes", "DROP INDEX mapped_outbox_pending_idx; DROP INDEX mapped_outbox_head_idx"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			storetest.Run(t, storetest.Harness{
+				Dialect: storetest.Postgres,
+				Runs:    true,
+				New: func(t *testing.T) *storetest.Fixture {
+					pool, _, _ := testsvc.PostgresSchema(t)
+					s := mappedTable(t, pool)
+					if tc.ddl != "" {
+						exec(t, pool, tc.ddl)
+					}
+					w := outbox.NewWriter(s)
+					return &storetest.Fixture{
+						Store: s,
+						Write: func(ctx context.Context, msgs ...*outbox.Message) error {
+							return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
+						},
+						DB:    mappedDB(t, pool, renamed),
+						Table: "mapped_outbox",
+					}
 				},
-				DB:    mappedDB(t, pool, renamed),
-				Table: "mapped_outbox",
-			}
-		},
+			})
+		})
 	}
-	storetest.Run(t, h)
 }
 
 // mappedDB returns a database/sql handle on pool whose statements are
@@ -188,4 +202,29 @@ func TestMappedArchiveKeepsEveryColumn(t *testing.T) {
 	require.EqualValues(t, 1, n)
 	require.Equal(t, 1, count(t, pool, "SELECT count(*) FROM mapped_outbox_archive WHERE tenant = 'acme' AND aggregateid = 'a-1'"))
 	require.Zero(t, count(t, pool, "SELECT count(*) FROM mapped_outbox"))
+}
+
+// TestMappedMissingIndexes checks that the index advice for a mapped table
+// names its columns: each statement creates an index the claims then use.
+func TestMappedMissingIndexes(t *testing.T) {
+	t.Parallel()
+	pool, _, _ := testsvc.PostgresSchema(t)
+	s := mappedTable(t, pool)
+	exec(t, pool, "DROP INDEX mapped_outbox_pending_idx; DROP INDEX mapped_outbox_head_idx")
+	missing, err := s.MissingIndexes(t.Context())
+	require.NoError(t, err)
+	require.Len(t, missing, 2)
+	for _, p := range missing {
+		require.Contains(t, p.Fix, `"ob_status"`)
+		require.NotContains(t, p.Fix, " status ")
+		exec(t, pool, p.Fix)
+	}
+	missing, err = s.MissingIndexes(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, missing)
+	w := outbox.NewWriter(s)
+	require.NoError(t, pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error { return w.Write(t.Context(), tx, msg("a-1")) }))
+	c, err := s.Claim(t.Context(), outbox.ClaimParams{Limit: 10, Lease: time.Minute, Ordered: true})
+	require.NoError(t, err)
+	require.Len(t, c.Messages, 1, "an ordered claim through the head index")
 }

@@ -137,6 +137,9 @@ func TestMapperRewrite(t *testing.T) {
 		require.Equal(t, tc.want, m.sql(tc.in), tc.in)
 		require.Equal(t, tc.want, m.sql(m.sql(tc.in)), "twice: "+tc.in)
 	}
+	swap := newMapper(colmap.Map{"id": "message_id", "message_id": "id"}) // Debezium's id is the message id
+	require.Equal(t, `SELECT "message_id", "id" FROM t WHERE "message_id" > $1`,
+		swap.sql("SELECT id, message_id FROM t WHERE id > $1"))
 	var none *mapper
 	require.Equal(t, "SELECT id", none.sql("SELECT id"))
 }
