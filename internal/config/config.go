@@ -246,8 +246,7 @@ type Config struct {
 	// keeps the state columns is also polled (pgstore.WithColumns), with
 	// source polling or as the fallback of source cdc, on PostgreSQL only:
 	// the MySQL/MariaDB and SQLite stores read the contract's names; with it
-	// batch_lease, held_claims and notify_trigger are refused (not available
-	// yet). A mapped column the table lacks stops the start with the mapping
+	// batch_lease and notify_trigger are refused (not available yet). A mapped column the table lacks stops the start with the mapping
 	// and the table's columns. The scheduled archive is off for a log-only
 	// table. Default: none.
 	Columns map[string]string `yaml:"columns,omitempty"`

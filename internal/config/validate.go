@@ -137,7 +137,7 @@ func (c *Config) validateColumns(p *problems) {
 		for _, o := range []struct {
 			key string
 			on  bool
-		}{{"notify_trigger", c.NotifyTrigger}, {"batch_lease", c.BatchLease}, {"held_claims", c.HeldClaims}} {
+		}{{"notify_trigger", c.NotifyTrigger}, {"batch_lease", c.BatchLease}} {
 			if o.on {
 				p.add(o.key, "not available with a columns: mapping yet")
 			}

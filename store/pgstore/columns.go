@@ -26,8 +26,8 @@ import (
 // and the table's columns.
 //
 // A mapped table is the team's own: [Store.Migrate] refuses it, and
-// [WithBatchLease], [WithHeldClaims] and [WithNotifyTrigger] are refused
-// with it (not available yet). [Store.Archive] moves every column of the
+// [WithBatchLease] and [WithNotifyTrigger] are refused with it (not
+// available yet). [Store.Archive] moves every column of the
 // table, mapped or not. The claims know their indexes by the names Migrate
 // gives them, which [Store.MissingIndexes] advises with the table's
 // columns. Default: none (the contract's names).
@@ -52,7 +52,7 @@ func (c *config) checkColumns() []error {
 	for _, o := range []struct {
 		on   bool
 		name string
-	}{{c.batchLease, "WithBatchLease"}, {c.heldClaims, "WithHeldClaims"}, {c.notifyTrigger, "WithNotifyTrigger"}} {
+	}{{c.batchLease, "WithBatchLease"}, {c.notifyTrigger, "WithNotifyTrigger"}} {
 		if o.on {
 			errs = append(errs, fmt.Errorf("%s: not available with WithColumns yet", o.name))
 		}

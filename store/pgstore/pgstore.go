@@ -315,6 +315,12 @@ func (s *Store) queriesFor(ctx context.Context, run rowQuerier) (*queries, error
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: table %s: %w", s.cfg.table, err)
 	}
+	if h := q.held; h != nil && s.m != nil { // run where they are, not through one place as the others
+		d := &h.deferred
+		for _, p := range []*string{&h.due, &h.claim, &h.claimStatus, &h.ack, &h.del, &d.ack, &d.del, &d.reschedule, &d.kill} {
+			*p = s.m.sql(*p)
+		}
+	}
 	s.mu.Lock()
 	s.q = q
 	s.mu.Unlock()
