@@ -68,10 +68,11 @@ func relayCommand() *ucli.Command {
 }
 
 // refuseMapped refuses a command that reads the table through the polling
-// store (status, dead, archive), which reads the table contract's column
-// names, when the config maps the table's columns (columns:).
+// store (status, dead, archive), which reads the rows' state columns, when
+// the config maps a log-only table (columns: without state columns). The
+// store reads a table mapped with its state columns (pgstore.WithColumns).
 func refuseMapped(cfg *config.Config, command string) error {
-	if len(cfg.Columns) == 0 {
+	if !cfg.LogOnly() {
 		return nil
 	}
 	hint := ""
@@ -79,7 +80,7 @@ func refuseMapped(cfg *config.Config, command string) error {
 		hint = fmt.Sprintf("; its dead messages are in %s: outbox %s --db URL --table %s, without the config",
 			cfg.CDCDeadTableName(), command, cfg.CDCDeadTableName())
 	}
-	return usage(fmt.Errorf("%s reads the table contract's column names, and table %s has a columns: mapping%s",
+	return usage(fmt.Errorf("%s reads the rows' state columns, and table %s has a log-only columns: mapping (none)%s",
 		command, cfg.Table, hint))
 }
 
@@ -96,7 +97,7 @@ func openDB(ctx context.Context, cmd *ucli.Command) (*config.Config, *daemon.DB,
 	// that every command sees the table the same way; of the commands, only
 	// migrate acts on them.
 	db, err := daemon.OpenDB(ctx, cfg.DB, daemon.DBParams{Table: cfg.Table, MaxConns: 2,
-		NotifyTrigger: cfg.NotifyTrigger, BatchLease: cfg.BatchLease})
+		NotifyTrigger: cfg.NotifyTrigger, BatchLease: cfg.BatchLease, Columns: cfg.Columns})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -16,7 +16,11 @@ func TestColumnsFromFile(t *testing.T) {
 		"aggregate_id": "aggregateid", "event_type": "type", "payload": "payload"}, c.Columns)
 	require.True(t, c.LogOnly())
 	require.Equal(t, "public.outbox_dead", c.CDCDeadTableName())
-	require.False(t, c.ArchiveScheduled(), "a mapped table is not archived")
+	require.False(t, c.ArchiveScheduled(), "a log-only table is not archived")
+	c.Columns["id"], c.Columns["status"], c.Columns["retry_count"] = "seq", "state", "tries"
+	c.Columns["next_retry_at"], c.Columns["created_at"], c.Columns["updated_at"] = "due", "created", "changed"
+	require.False(t, c.LogOnly())
+	require.True(t, c.ArchiveScheduled(), "a mapped table that keeps its rows is archived")
 }
 
 func TestValidateColumns(t *testing.T) {
@@ -41,8 +45,20 @@ func TestValidateColumns(t *testing.T) {
 		{"Debezium", func(c *Config) {}, nil},
 		{"DeadTable", func(c *Config) { c.CDCDeadTable = "app.dead_letters" }, nil},
 		{"KeptState", func(c *Config) { c.Columns = kept(); c.DeleteSent = true }, nil},
-		{"Polling", func(c *Config) { c.Source = SourcePolling },
-			[]string{"columns: needs source: cdc; the polling stores read the table contract's column names only"}},
+		{"PollingKeptState", func(c *Config) { c.Source = SourcePolling; c.Columns = kept() }, nil},
+		{"PollingLogOnly", func(c *Config) { c.Source = SourcePolling },
+			[]string{"columns: a log-only mapping (no state columns) needs source: cdc"}},
+		{"PollingMySQL", func(c *Config) {
+			c.Source, c.Columns, c.DB = SourcePolling, kept(), NewSecret("mysql://u:pw@localhost:3306/db")
+		}, []string{"columns: applies to postgres:// only, not mysql://"}},
+		{"PollingSQLite", func(c *Config) {
+			c.Source, c.Columns, c.DB = SourcePolling, kept(), NewSecret("sqlite:///tmp/x.db")
+		}, []string{"columns: applies to postgres:// only, not sqlite://"}},
+		{"BatchLeaseKeptState", func(c *Config) { c.Columns = kept(); c.BatchLease = true },
+			[]string{"batch_lease: not available with a columns: mapping yet"}},
+		{"HeldClaimsKeptState", func(c *Config) { c.Source, c.Columns, c.HeldClaims, c.Ordering = SourcePolling, kept(), true, false }, nil},
+		{"NotifyTriggerKeptState", func(c *Config) { c.Source = SourcePolling; c.Columns = kept(); c.NotifyTrigger = true },
+			[]string{"notify_trigger: not available with a columns: mapping yet"}},
 		{"RequiredLeftOut", func(c *Config) { delete(c.Columns, "payload"); delete(c.Columns, "aggregate_id") },
 			[]string{"columns: required columns not mapped: aggregate_id, payload"}},
 		{"UnknownAndBadName", func(c *Config) { c.Columns["trace"] = "tracingspancontext"; c.Columns["topic"] = "Topic" },

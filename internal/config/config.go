@@ -242,10 +242,13 @@ type Config struct {
 	// retry_count, next_retry_at, created_at, updated_at) are mapped all or
 	// none; without them (created_at alone may be mapped) the table is
 	// log-only: read from the log, never written, dead messages go to
-	// CDCDeadTable. File only (a map), source cdc only: the polling stores
-	// read the contract's names. A mapped column the table lacks stops the
-	// start with the mapping and the table's columns. The scheduled archive
-	// is off with it (it reads the contract's names). Default: none.
+	// CDCDeadTable (source cdc only). File only (a map). A mapping that
+	// keeps the state columns is also polled (pgstore.WithColumns), with
+	// source polling or as the fallback of source cdc, on PostgreSQL only:
+	// the MySQL/MariaDB and SQLite stores read the contract's names; with it
+	// batch_lease and notify_trigger are refused (not available yet). A mapped column the table lacks stops the start with the mapping
+	// and the table's columns. The scheduled archive is off for a log-only
+	// table. Default: none.
 	Columns map[string]string `yaml:"columns,omitempty"`
 	// CDCDeadTable is the table, in the contract's own layout, where the
 	// messages of a log-only table (Columns without state columns) that fail
@@ -738,9 +741,10 @@ func (c *Config) PoolSize() int {
 }
 
 // ArchiveScheduled says whether `outbox relay` archives on a schedule:
-// ArchiveEvery is set and the relay keeps sent rows (not DeleteSent).
+// ArchiveEvery is set and the relay keeps sent rows (not DeleteSent) in a
+// table it writes to (not LogOnly).
 func (c *Config) ArchiveScheduled() bool {
-	return c.ArchiveEvery > 0 && !c.DeleteSent && len(c.Columns) == 0
+	return c.ArchiveEvery > 0 && !c.DeleteSent && !c.LogOnly()
 }
 
 // LogOnly reports whether Columns maps a log-only table (no state columns):

@@ -111,9 +111,10 @@ func (c *Config) validateCDC(p *problems) {
 	c.validateColumns(p)
 }
 
-// validateColumns checks the columns mapping and what it needs: source
-// cdc (the polling stores read the contract's names) and rows kept when it
-// keeps the state columns.
+// validateColumns checks the columns mapping and what it needs: polling
+// (source polling, or the fallback of source cdc) on PostgreSQL only and
+// with the state columns mapped, none of the pgstore switches that do not
+// take a mapping yet, and rows kept when it keeps the state columns.
 func (c *Config) validateColumns(p *problems) {
 	if len(c.Columns) == 0 {
 		if c.CDCDeadTable != "" {
@@ -126,8 +127,21 @@ func (c *Config) validateColumns(p *problems) {
 			p.add("columns", "%s", e)
 		}
 	}
-	if c.Source != SourceCDC {
-		p.add("columns", "needs source: cdc; the polling stores read the table contract's column names only")
+	if s := c.DB.Scheme(); c.Source != SourceCDC && s != "" && s != "postgres" && s != "postgresql" {
+		p.add("columns", "applies to postgres:// only, not %s://: the MySQL/MariaDB and SQLite stores read the table contract's column names only", s)
+	}
+	if c.Source != SourceCDC && c.LogOnly() {
+		p.add("columns", "a log-only mapping (no state columns) needs source: cdc; polling settles rows in the table")
+	}
+	if !c.LogOnly() {
+		for _, o := range []struct {
+			key string
+			on  bool
+		}{{"notify_trigger", c.NotifyTrigger}, {"batch_lease", c.BatchLease}} {
+			if o.on {
+				p.add(o.key, "not available with a columns: mapping yet")
+			}
+		}
 	}
 	switch {
 	case c.LogOnly() && c.DeleteSent:

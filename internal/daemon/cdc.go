@@ -14,7 +14,7 @@ import (
 
 // cdcSource returns the change-data-capture source of a config with source
 // cdc, polling db's store as its fallback (nil for source polling; none
-// with a columns: mapping, which the polling store cannot read), and
+// for a log-only table, which cannot be polled), and
 // registers its metrics on reg when there is one:
 // outbox_cdc_switches_total (stream to polling or back),
 // outbox_cdc_duplicates_total (messages the stream published that the
@@ -35,8 +35,8 @@ func (d *Daemon) cdcSource(db *DB, reg *prometheus.Registry) (*pgcdc.Source, err
 		opts = append(opts, pgcdc.WithFallback(db.Store))
 	case c.LogOnly(): // never polled, never written: dead messages go to a table of the contract's layout
 		opts = append(opts, pgcdc.WithColumns(c.Columns), pgcdc.WithDeadTable(c.CDCDeadTableName()))
-	default: // the polling store reads the contract's names only: no fallback
-		opts = append(opts, pgcdc.WithColumns(c.Columns))
+	default: // db's store polls the mapped table (pgstore.WithColumns)
+		opts = append(opts, pgcdc.WithColumns(c.Columns), pgcdc.WithFallback(db.Store))
 	}
 	if c.CDCSlot != "" {
 		opts = append(opts, pgcdc.WithSlot(c.CDCSlot))

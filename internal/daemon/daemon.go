@@ -155,12 +155,13 @@ func (d *Daemon) run(ctx context.Context) error {
 	defer flushTraces()
 
 	db, err := OpenDB(ctx, cfg.DB, DBParams{Table: cfg.Table, MaxConns: cfg.PoolSize(), Notify: cfg.Notify,
-		NotifyTrigger: cfg.NotifyTrigger, BatchLease: cfg.BatchLease, AsyncCommit: cfg.AsyncCommit, HeldClaims: cfg.HeldClaims})
+		NotifyTrigger: cfg.NotifyTrigger, BatchLease: cfg.BatchLease, AsyncCommit: cfg.AsyncCommit, HeldClaims: cfg.HeldClaims,
+		Columns: cfg.Columns})
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	if len(cfg.Columns) == 0 { // a mapped table is the cdc source's to check (relays)
+	if len(cfg.Columns) == 0 || cfg.Source != config.SourceCDC { // with cdc, a mapped table is the source's to check (relays)
 		if err := checkTable(ctx, db.Store); err != nil {
 			return d.scrubAll(err)
 		}
@@ -246,7 +247,7 @@ func (d *Daemon) serve(ctx context.Context, r parts) error {
 	if r.tel.ln != nil {
 		h := d.handler(r.tel.reg, r.db, r.brokers, r.tel.claims)
 		var stats outbox.Store = r.db.Store
-		if len(d.cfg.Columns) > 0 { // the polling store cannot read a mapped table
+		if d.cfg.LogOnly() { // the polling store cannot read a log-only table
 			stats = r.src
 		}
 		g.Go(func() error { return m.PollStats(gctx, stats, d.cfg.StatsInterval) })
@@ -393,8 +394,8 @@ func (d *Daemon) archiver(db *DB, m *metrics.Metrics) (*archiver, error) {
 	c := d.cfg
 	if !c.ArchiveScheduled() {
 		switch {
-		case c.ArchiveEvery > 0 && len(c.Columns) > 0:
-			d.log.Info("archive not scheduled: it reads the contract's column names, not a columns: mapping")
+		case c.ArchiveEvery > 0 && c.LogOnly():
+			d.log.Info("archive not scheduled: a log-only table (columns: without state columns) is never written to")
 		case c.ArchiveEvery > 0: // off because of delete_sent: say so, since archive_every is on by default
 			d.log.Info("archive not scheduled: delete_sent leaves no sent rows to archive")
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/colmap"
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/store/mysqlstore"
 	"github.com/outboxkit/outbox/store/pgstore"
@@ -56,6 +57,12 @@ type DBParams struct {
 	// allow for (config.Config.PoolSize does). Exclusive with BatchLease.
 	// PostgreSQL only.
 	HeldClaims bool
+	// Columns maps the table's columns (config.Config.Columns). A mapping
+	// that keeps the state columns reaches the store (pgstore.WithColumns);
+	// a log-only one does not: such a table is never polled, and the store
+	// is then only the contract's view of the dead table's database.
+	// PostgreSQL only.
+	Columns map[string]string
 }
 
 // DB is an open database and the store on its outbox table.
@@ -133,6 +140,10 @@ func OpenDB(ctx context.Context, dsn config.Secret, p DBParams) (*DB, error) {
 	if !ok {
 		return nil, fmt.Errorf("open database: unknown scheme %q; want %s", scheme, schemes(dbOpeners))
 	}
+	if pg := scheme == "postgres" || scheme == "postgresql"; !pg && len(p.Columns) > 0 && !colmap.Map(p.Columns).LogOnly() {
+		// config.Validate refuses this first, as below.
+		return nil, fmt.Errorf("open database: a columns: mapping is polled on postgres:// only, not %s://", scheme)
+	}
 	if pg := scheme == "postgres" || scheme == "postgresql"; !pg && (p.Notify || p.NotifyTrigger || p.BatchLease || p.AsyncCommit || p.HeldClaims) {
 		// config.Validate refuses these first; this catches a caller that
 		// skipped it, rather than running without what it asked for.
@@ -176,9 +187,13 @@ func openPostgres(ctx context.Context, dsn string, p DBParams) (*DB, error) {
 		return nil, err
 	}
 	closePool := func() { conns.closeWithin(pool.Close, closeGrace) }
-	s, err := pgstore.New(pool, pgstore.WithTable(p.Table), pgstore.WithNotify(p.Notify),
+	opts := []pgstore.Option{pgstore.WithTable(p.Table), pgstore.WithNotify(p.Notify),
 		pgstore.WithNotifyTrigger(p.NotifyTrigger), pgstore.WithBatchLease(p.BatchLease),
-		pgstore.WithAsyncCommit(p.AsyncCommit), pgstore.WithHeldClaims(p.HeldClaims))
+		pgstore.WithAsyncCommit(p.AsyncCommit), pgstore.WithHeldClaims(p.HeldClaims)}
+	if len(p.Columns) > 0 && !colmap.Map(p.Columns).LogOnly() {
+		opts = append(opts, pgstore.WithColumns(p.Columns))
+	}
+	s, err := pgstore.New(pool, opts...)
 	if err != nil {
 		closePool()
 		return nil, err

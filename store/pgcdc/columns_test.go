@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/faultproxy"
 	"github.com/outboxkit/outbox/internal/testsvc"
 	"github.com/outboxkit/outbox/outboxtest"
 	"github.com/outboxkit/outbox/store/pgcdc"
@@ -148,20 +151,8 @@ AND aggregate_type = 'Order' AND event_type = 'OrderCreated'`, poison).Scan(&n))
 // error, attempts are counted in the renamed columns.
 func TestRenamedColumnsKeepState(t *testing.T) {
 	t.Parallel()
-	pool, schema, dsn := testsvc.PostgresSchema(t)
-	slot, pubName := testsvc.ReplicationSlot(t, schema)
+	pool, dsn, slot, pubName, table, cols := renamedTable(t)
 	ctx := context.Background()
-	table := schema + ".events"
-	_, err := pool.Exec(ctx, `CREATE TABLE `+table+` (
-    seq bigserial PRIMARY KEY, event_id uuid NOT NULL UNIQUE DEFAULT gen_random_uuid(),
-    kind text NOT NULL, entity text NOT NULL, name text NOT NULL, body jsonb NOT NULL,
-    state smallint NOT NULL DEFAULT 0, tries int NOT NULL DEFAULT 0, due_at timestamptz,
-    written_at timestamptz NOT NULL DEFAULT now(), changed_at timestamptz NOT NULL DEFAULT now(), why text,
-    status text, id text)`) // a status and an id that are not the contract's: never read or written
-	require.NoError(t, err)
-	cols := map[string]string{"id": "seq", "message_id": "event_id", "aggregate_type": "kind", "aggregate_id": "entity",
-		"event_type": "name", "payload": "body", "status": "state", "retry_count": "tries", "next_retry_at": "due_at",
-		"created_at": "written_at", "updated_at": "changed_at", "last_error": "why"}
 	src, err := pgcdc.New(pool, dsn, pgcdc.WithTable(table), pgcdc.WithSlot(slot), pgcdc.WithPublication(pubName),
 		pgcdc.WithColumns(cols), pgcdc.WithRetryInterval(100*time.Millisecond), pgcdc.WithStatusInterval(100*time.Millisecond))
 	require.NoError(t, err)
@@ -206,6 +197,82 @@ FROM `+table, poison).Scan(&sent, &dead))
 	var status, id string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT status, id FROM `+table+` WHERE event_id::text = $1`, poison).Scan(&status, &id))
 	require.Equal(t, []string{"x", "y"}, []string{status, id}, "an unmapped column was written")
+}
+
+// renamedTable creates, in a schema of its own with a replication slot and
+// a publication, a table whose state columns have other names (and which
+// has a status and an id column that are not the contract's), and returns
+// them and its mapping.
+func renamedTable(t *testing.T) (pool *pgxpool.Pool, dsn, slot, pubName, table string, cols map[string]string) {
+	t.Helper()
+	pool, schema, dsn := testsvc.PostgresSchema(t)
+	slot, pubName = testsvc.ReplicationSlot(t, schema)
+	table = schema + ".events"
+	_, err := pool.Exec(context.Background(), `CREATE TABLE `+table+` (
+    seq bigserial PRIMARY KEY, event_id uuid NOT NULL UNIQUE DEFAULT gen_random_uuid(),
+    kind text NOT NULL, entity text NOT NULL, name text NOT NULL, body jsonb NOT NULL,
+    state smallint NOT NULL DEFAULT 0, tries int NOT NULL DEFAULT 0, due_at timestamptz,
+    written_at timestamptz NOT NULL DEFAULT now(), changed_at timestamptz NOT NULL DEFAULT now(), why text,
+    status text, id text)`) // a status and an id that are not the contract's: never read or written
+	require.NoError(t, err)
+	return pool, dsn, slot, pubName, table, map[string]string{"id": "seq", "message_id": "event_id", "aggregate_type": "kind", "aggregate_id": "entity",
+		"event_type": "name", "payload": "body", "status": "state", "retry_count": "tries", "next_retry_at": "due_at",
+		"created_at": "written_at", "updated_at": "changed_at", "last_error": "why"}
+}
+
+// TestRenamedColumnsFailover cuts the replication connection of a source
+// on a table whose state columns have other names: it polls the table
+// through its fallback, a pgstore with the same mapping, which publishes
+// and settles the rows written meanwhile in the renamed columns, and
+// streams again once the connection is back.
+func TestRenamedColumnsFailover(t *testing.T) {
+	t.Parallel()
+	pool, dsn, slot, pubName, table, cols := renamedTable(t)
+	ctx := context.Background()
+	fallback, err := pgstore.New(pool, pgstore.WithTable(table), pgstore.WithColumns(cols))
+	require.NoError(t, err)
+	require.NoError(t, fallback.CheckTable(ctx))
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	proxy := faultproxy.New(t, u.Host)
+	u.Host = proxy.Addr()
+	src, err := pgcdc.New(pool, u.String(), pgcdc.WithTable(table), pgcdc.WithSlot(slot), pgcdc.WithPublication(pubName),
+		pgcdc.WithColumns(cols), pgcdc.WithFallback(fallback), pgcdc.WithRetryInterval(100*time.Millisecond),
+		pgcdc.WithStatusInterval(100*time.Millisecond), pgcdc.WithFailoverAfter(300*time.Millisecond))
+	require.NoError(t, err)
+	pub := outboxtest.NewPublisher()
+	r := start(t, src, pub)
+	waitStreaming(t, r.src)
+	write := func(n int) []string {
+		var ids []string
+		for i := range n {
+			var id string
+			require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+table+` (kind, entity, name, body)
+VALUES ('order', $1, 'ORDER_CREATED', '{}') RETURNING event_id::text`, fmt.Sprint(i%2)).Scan(&id))
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	waitAll(t, pub, write(5))
+
+	proxy.Cut()
+	testsvc.Eventually(t, 10*time.Second, func() bool { return r.src.Mode() == pgcdc.ModePolling }, "no failover")
+	during := write(5)
+	waitAll(t, pub, during)
+	testsvc.Eventually(t, 10*time.Second, func() bool {
+		var sent int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE state = 1 AND event_id::text = ANY($1)`,
+			during).Scan(&sent))
+		return sent == len(during)
+	}, "rows polled in the failover not marked sent in the renamed column")
+
+	proxy.Restore()
+	waitStreaming(t, r.src)
+	waitAll(t, pub, write(5))
+	var status, id *string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT max(status), max(id) FROM `+table).Scan(&status, &id))
+	require.Nil(t, status, "an unmapped column was written")
+	require.Nil(t, id, "an unmapped column was written")
 }
 
 // TestColumnsRefused: a mapping New refuses, and one that names columns the

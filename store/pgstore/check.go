@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/tablecheck"
 	"github.com/outboxkit/outbox/store/internal/sqlcore"
@@ -72,6 +74,9 @@ func (s *Store) CheckTable(ctx context.Context) error {
 	}
 	problems := tablecheck.Problems(tablecheck.Params{Columns: cols, Contract: sqlcore.ContractColumns, Kinds: columnKinds,
 		Alter: func(c, typ string, k tablecheck.Kind) string {
+			if v, ok := s.cfg.columns[c]; ok { // the table's name of the column, with WithColumns
+				c = pgx.Identifier{v}.Sanitize()
+			}
 			using := c + "::" + k.Want
 			if k.Want == "bytea" {
 				using = fmt.Sprintf("convert_to(%s::text, 'UTF8')", c)
@@ -133,7 +138,7 @@ func (s *Store) prepareRelayStatements(ctx context.Context, cols map[string]stri
 	var reasons []string
 	failing := map[string][]string{}
 	for _, st := range stmts {
-		if _, err := conn.Conn().PgConn().Prepare(ctx, "", st.sql, nil); err != nil {
+		if _, err := conn.Conn().PgConn().Prepare(ctx, "", s.m.sql(st.sql), nil); err != nil {
 			why := err.Error()
 			if failing[why] == nil {
 				reasons = append(reasons, why)

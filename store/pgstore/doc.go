@@ -26,7 +26,8 @@
 // id) of the pending and dead rows for ordered claims.
 //
 // A Store also works on a table that has only the contract columns, such as
-// one a team already had: it reads the table's columns on first use and
+// one a team already had (under other names with [WithColumns]): it reads
+// the table's columns on first use and
 // leaves out what is missing (headers, topic and partition key are then not
 // stored, and errors not recorded). Such a table may keep its payload in a
 // json or text column and its times in timestamp without time zone (read in

@@ -109,3 +109,35 @@ func ExampleWithTable() {
 	}
 	_ = store
 }
+
+// A relay polls a table of the team's own whose columns have other names:
+// Debezium's names for the message, its own for the rest.
+func ExampleWithColumns() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	store, err := pgstore.New(pool, pgstore.WithTable("orders_outbox"), pgstore.WithColumns(map[string]string{
+		"id": "seq", "message_id": "eventid", "aggregate_type": "aggregatetype", "aggregate_id": "aggregateid",
+		"event_type": "type", "payload": "payload", "status": "state", "retry_count": "attempts",
+		"next_retry_at": "due_at", "created_at": "created", "updated_at": "changed",
+	}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// No Migrate: the table is the team's. CheckTable names a mapped
+	// column the table lacks, with the mapping and the table's columns.
+	if err := store.CheckTable(ctx); err != nil {
+		log.Fatal(err)
+	}
+	relay, err := outbox.NewRelay(store, outboxtest.NewPublisher())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := relay.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}

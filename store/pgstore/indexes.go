@@ -84,8 +84,10 @@ func (s *Store) indexesFor(ctx context.Context) (tableIndexes, error) {
 // and the table lacks, what claims do without it and the statement that
 // creates it (CONCURRENTLY, so that it does not block writers; run it
 // outside a transaction). The relay works without them; claims then read
-// the contract's indexes instead. It only reads the catalog; part of
-// [outbox.IndexChecker]. Safe for concurrent use.
+// the contract's indexes instead. The claims know the indexes by the names
+// Migrate gives them; with [WithColumns] the statements name the table's
+// columns. It only reads the catalog; part of [outbox.IndexChecker]. Safe
+// for concurrent use.
 func (s *Store) MissingIndexes(ctx context.Context) ([]outbox.TableProblem, error) {
 	has, err := s.indexNames(ctx)
 	if err != nil {
@@ -105,7 +107,7 @@ func (s *Store) MissingIndexes(ctx context.Context) ([]outbox.TableProblem, erro
 		}
 		out = append(out, outbox.TableProblem{
 			Problem: fmt.Sprintf("index %s is missing: %s", name, ix.without),
-			Fix:     fmt.Sprintf("CREATE INDEX CONCURRENTLY %s ON %s %s", pgx.Identifier{name}.Sanitize(), s.ident, ix.def),
+			Fix:     s.m.sql(fmt.Sprintf("CREATE INDEX CONCURRENTLY %s ON %s %s", pgx.Identifier{name}.Sanitize(), s.ident, ix.def)),
 		})
 	}
 	return out, nil

@@ -44,6 +44,10 @@ var migratedColumns = append(slices.Clone(sqlcore.ContractColumns), "headers", "
 // Migrate uses) to avoid blocking writes while they build. Safe for
 // concurrent use.
 func (s *Store) Migrate(ctx context.Context) error {
+	if s.m != nil {
+		return fmt.Errorf("pgstore: migrate %s: %w: the table is the team's own, outbox migrate neither creates nor changes it",
+			s.cfg.table, errMapped)
+	}
 	defer s.forget()
 	parts, _ := splitTable(s.cfg.table) // validated by New
 	name := parts[len(parts)-1]

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/colmap"
 )
 
 // DefaultTable is the table a Store uses unless [WithTable] says otherwise.
@@ -67,6 +68,10 @@ type Store struct {
 	ordered *orderedState // ordered claims: found out on first use (ordered.go)
 	indexes *tableIndexes // the claim indexes the table has: found out on first use (indexes.go)
 	cursor  orderedCursor // where the ordered skip scan stopped
+
+	// m rewrites statements for a table mapped by WithColumns; nil without
+	// a mapping (columns.go).
+	m *mapper
 }
 
 type config struct {
@@ -80,6 +85,7 @@ type config struct {
 	rescanEvery   time.Duration // claimCursor's; 0: rescanEvery (tests set it)
 	listenCheck   time.Duration // Listen checks its connection after this long without a notification
 	headsOnly     bool          // ordered claims take heads only, not runs (tests of the heads claim set it)
+	columns       colmap.Map    // WithColumns; nil: the contract's names (columns.go)
 }
 
 // Option configures a [Store].
@@ -231,7 +237,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if cfg.heldClaims && cfg.batchLease {
 		return nil, errors.New("pgstore: new store: WithHeldClaims and WithBatchLease are two ways of claiming; choose one")
 	}
-	s := &Store{pool: pool, cfg: cfg, ident: pgx.Identifier(parts).Sanitize()}
+	if err := errors.Join(cfg.checkColumns()...); err != nil {
+		return nil, fmt.Errorf("pgstore: new store: %w", err)
+	}
+	s := &Store{pool: pool, cfg: cfg, ident: pgx.Identifier(parts).Sanitize(), m: newMapper(cfg.columns)}
 	s.heldIdle.Store(true) // a relay starts as an idle one: its first held claim asks first
 	s.claimCursor.every = cmp.Or(cfg.rescanEvery, rescanEvery)
 	if cfg.notify || cfg.notifyTrigger {
@@ -306,6 +315,12 @@ func (s *Store) queriesFor(ctx context.Context, run rowQuerier) (*queries, error
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: table %s: %w", s.cfg.table, err)
 	}
+	if h := q.held; h != nil && s.m != nil { // run where they are, not through one place as the others
+		d := &h.deferred
+		for _, p := range []*string{&h.due, &h.claim, &h.claimStatus, &h.ack, &h.del, &d.ack, &d.del, &d.reschedule, &d.kill} {
+			*p = s.m.sql(*p)
+		}
+	}
 	s.mu.Lock()
 	s.q = q
 	s.mu.Unlock()
@@ -337,8 +352,18 @@ WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`
 // errNoTable is wrapped by the error of a Store's methods when the table does not exist.
 var errNoTable = errors.New("does not exist")
 
-// columns returns the table's column types by name. A missing table is an error.
+// columns returns the table's column types by name, the contract's names
+// with WithColumns. A missing table is an error.
 func (s *Store) columns(ctx context.Context, run rowQuerier) (map[string]string, error) {
+	cols, err := s.tableColumns(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	return s.contractColumns(cols)
+}
+
+// tableColumns returns the table's column types by the table's own names.
+func (s *Store) tableColumns(ctx context.Context, run rowQuerier) (map[string]string, error) {
 	var list string
 	if err := run(ctx, columnsSQL, s.ident).Scan(&list); err != nil {
 		return nil, fmt.Errorf("pgstore: read columns of %s: %w", s.cfg.table, err)
