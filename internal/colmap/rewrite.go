@@ -3,6 +3,7 @@ package colmap
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Dialect is what a Rewriter needs to know of a database's SQL: how it
@@ -45,12 +46,17 @@ var (
 // statements name the table's columns quoted, so rewriting twice changes
 // nothing. A nil Rewriter (no mapping) returns statements as they are.
 //
-// A Rewriter caches what it rewrote; it is safe for concurrent use.
+// A Rewriter caches what it rewrote (up to maxCached statements: those
+// built per batch size may be many); it is safe for concurrent use.
 type Rewriter struct {
-	d    Dialect
-	to   map[string]string // contract column -> quoted table column
-	done sync.Map          // statement -> rewritten
+	d      Dialect
+	to     map[string]string // contract column -> quoted table column
+	done   sync.Map          // statement -> rewritten
+	cached atomic.Int64      // entries in done
 }
+
+// maxCached is how many rewritten statements a Rewriter keeps.
+const maxCached = 4096
 
 // NewRewriter returns the Rewriter of m in dialect d, or nil when m is empty.
 func NewRewriter(m Map, d Dialect) *Rewriter {
@@ -75,7 +81,9 @@ func (r *Rewriter) SQL(stmt string) string {
 		return v.(string)
 	}
 	out := r.rewrite(stmt)
-	r.done.Store(stmt, out)
+	if r.cached.Add(1) <= maxCached {
+		r.done.Store(stmt, out)
+	}
 	return out
 }
 

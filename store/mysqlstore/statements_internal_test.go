@@ -27,7 +27,7 @@ func dumpStatements(t *testing.T, s *Store, db *sql.DB) string {
 	maps.Copy(stmts, s.statements(info))
 	var b strings.Builder
 	for _, name := range slices.Sorted(maps.Keys(stmts)) {
-		fmt.Fprintf(&b, "-- %s\n%s\n\n", name, stmts[name])
+		fmt.Fprintf(&b, "-- %s\n%s\n\n", name, s.sql(stmts[name]))
 	}
 	return b.String()
 }
