@@ -73,7 +73,7 @@ func (s *Store) Archive(ctx context.Context, p outbox.ArchiveParams) (int64, err
 			// commits on its own in MySQL, so it cannot wait inside the
 			// transaction below, after the rows are picked.
 			var found int
-			if err := s.db.QueryRowContext(ctx, fmt.Sprintf(archiveAnySQL, t), age).Scan(&found); err != nil {
+			if err := s.db.QueryRowContext(ctx, s.sql(fmt.Sprintf(archiveAnySQL, t)), age).Scan(&found); err != nil {
 				return 0, fmt.Errorf("mysqlstore: archive: %w", err)
 			}
 			if found == 0 {
@@ -110,7 +110,7 @@ func (s *Store) ensureArchive(ctx context.Context) (string, error) {
 		return cached, nil
 	}
 	archive := s.archiveTable()
-	if _, err := s.db.ExecContext(ctx, fmt.Sprintf(archiveCreate, s.table.quoted(), archive.quoted())); err != nil {
+	if _, err := s.db.ExecContext(ctx, s.sql(fmt.Sprintf(archiveCreate, s.table.quoted(), archive.quoted()))); err != nil {
 		return "", fmt.Errorf("create %s: %w", archive.raw, err)
 	}
 	live, err := columnDefs(ctx, s.db, s.table)
@@ -123,7 +123,7 @@ func (s *Store) ensureArchive(ctx context.Context) (string, error) {
 	}
 	missing, cols := dialect.ArchiveColumns(live, have)
 	for _, c := range missing {
-		_, err := s.db.ExecContext(ctx, fmt.Sprintf(archiveAddColumn, s.table.quoted(), archive.quoted(), quoteIdent(c.Name), c.Type))
+		_, err := s.db.ExecContext(ctx, s.sql(fmt.Sprintf(archiveAddColumn, s.table.quoted(), archive.quoted(), quoteIdent(c.Name), c.Type)))
 		if err != nil && !isMySQLError(err, errDupFieldName) {
 			return "", fmt.Errorf("add column %s to %s: %w", c.Name, archive.raw, err)
 		}

@@ -50,6 +50,9 @@ func (s *Store) CheckTable(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("mysqlstore: check table: %w", err)
 	}
+	if defs, err = sqlcore.ContractDefs(s.columns, s.table.raw, defs); err != nil {
+		return fmt.Errorf("mysqlstore: check table: %w", err)
+	}
 	return sqlcore.CheckTable(s.table.raw, defs, func() (outbox.TableProblem, error) {
 		var db *string
 		if err := s.db.QueryRowContext(ctx, databaseSQL, s.table.schemaArg()).Scan(&db); err != nil {
@@ -64,6 +67,6 @@ func (s *Store) CheckTable(ctx context.Context) error {
 			Fix:     "run `outbox migrate` with this config, or correct the table name (table:) or the database in the DSN",
 		}, nil
 	}, tablecheck.Params{Kinds: columnKinds, Alter: func(c, _ string, k tablecheck.Kind) string {
-		return fmt.Sprintf("ALTER TABLE %s MODIFY %s %s (keep its NULL/NOT NULL and default)", s.table.quoted(), quoteIdent(c), k.Want)
+		return fmt.Sprintf("ALTER TABLE %s MODIFY %s %s (keep its NULL/NOT NULL and default)", s.table.quoted(), quoteIdent(s.column(c)), k.Want)
 	}})
 }

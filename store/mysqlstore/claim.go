@@ -136,11 +136,11 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 		}
 		c.Messages = append(c.Messages, r.message)
 	}
-	rowcheck.ReadSizes(ctx, tx, payloadSizesSQL(s.table.quoted(), st.sel), c.Malformed)
+	rowcheck.ReadSizes(ctx, tx, s.sql(payloadSizesSQL(s.table.quoted(), st.sel)), c.Malformed)
 	for lo := 0; lo < len(ids); lo += s.chunk {
 		chunk := ids[lo:min(lo+s.chunk, len(ids))]
 		args := append([]any{p.Lease.Microseconds()}, chunk...)
-		_, err := tx.ExecContext(ctx, st.lease+" WHERE id IN ("+sqlcore.Placeholders(len(chunk))+")", args...)
+		_, err := tx.ExecContext(ctx, s.sql(st.lease+" WHERE id IN ("+sqlcore.Placeholders(len(chunk))+")"), args...)
 		if err != nil {
 			return nil, fmt.Errorf("lease rows: %w", err)
 		}
@@ -182,7 +182,7 @@ func (s *Store) lockHeads(ctx context.Context, tx *sql.Tx, st claimStatements, p
 	default:
 		bound := int64(math.MaxInt64)
 		beyond := true
-		switch err := tx.QueryRowContext(ctx, ord.bound, after).Scan(&bound); {
+		switch err := tx.QueryRowContext(ctx, s.sql(ord.bound), after).Scan(&bound); {
 		case errors.Is(err, sql.ErrNoRows):
 			bound, beyond = math.MaxInt64, false // the whole backlog fits in the window
 		case err != nil:
@@ -210,7 +210,7 @@ func (s *Store) lockHeads(ctx context.Context, tx *sql.Tx, st claimStatements, p
 // every row).
 func (s *Store) lockRows(ctx context.Context, tx *sql.Tx, sel []string, p outbox.ClaimParams, extra *int64,
 	query string, args ...any) ([]*lockedRow, error) {
-	rows, err := tx.QueryContext(ctx, query, args...)
+	rows, err := tx.QueryContext(ctx, s.sql(query), args...)
 	if err != nil {
 		return nil, fmt.Errorf("lock rows: %w", err)
 	}

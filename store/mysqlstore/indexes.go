@@ -16,7 +16,7 @@ var _ outbox.IndexChecker = (*Store)(nil)
 // (claimSQLs). It only reads the catalog; part of [outbox.IndexChecker].
 // Safe for concurrent use.
 func (s *Store) MissingIndexes(ctx context.Context) ([]outbox.TableProblem, error) {
-	lead, err := leadingColumns(ctx, s.db, s.table)
+	lead, err := s.leadingColumns(ctx, s.db)
 	if err != nil {
 		return nil, fmt.Errorf("mysqlstore: %w", err)
 	}
@@ -37,7 +37,7 @@ func (s *Store) MissingIndexes(ctx context.Context) ([]outbox.TableProblem, erro
 		}
 		out = append(out, outbox.TableProblem{
 			Problem: fmt.Sprintf("no index leading with %s: %s", ix.lead, ix.without),
-			Fix:     fmt.Sprintf("CREATE INDEX %s ON %s %s", quoteIdent(ix.name), s.table.quoted(), ix.columns),
+			Fix:     s.sql(fmt.Sprintf("CREATE INDEX %s ON %s %s", quoteIdent(ix.name), s.table.quoted(), ix.columns)),
 		})
 	}
 	return out, nil

@@ -38,6 +38,9 @@ const migrateLockTimeout = 30
 // safe to run from several processes at once: it holds a named lock
 // (GET_LOCK) for the table while it works.
 func (s *Store) Migrate(ctx context.Context) error {
+	if len(s.columns) > 0 {
+		return fmt.Errorf("mysqlstore: migrate %s: %w (the table is the team's own)", s.table.raw, errMapped)
+	}
 	defer s.forget()
 	conn, err := s.db.Conn(ctx)
 	if err != nil {

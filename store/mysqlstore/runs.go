@@ -177,7 +177,7 @@ func (s *Store) readRuns(ctx context.Context, tx *sql.Tx, info tableInfo, p outb
 		for range parts {
 			args = append(append(args, hi), pairs...)
 		}
-		if err := scanRuns(ctx, tx, s.runsSQL(info, p, len(chunk)), args, last, pending); err != nil {
+		if err := scanRuns(ctx, tx, s.sql(s.runsSQL(info, p, len(chunk))), args, last, pending); err != nil {
 			return nil, fmt.Errorf("read runs: %w", err)
 		}
 	}

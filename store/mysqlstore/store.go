@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/colmap"
 	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
@@ -57,6 +58,9 @@ type Store struct {
 	table table
 	chunk int           // messages per statement
 	core  *sqlcore.Core // what it does as sqlitestore does, in MySQL's dialect
+	// columns maps the contract's columns to the table's (WithColumns); nil
+	// when the table has the contract's names.
+	columns colmap.Map
 	// afterLock, set only by tests, runs between an ordered claim's locking
 	// reads and its fresh read of their runs (runs.go).
 	afterLock func()
@@ -73,6 +77,7 @@ type Option func(*config)
 type config struct {
 	table     string
 	chunkRows int
+	columns   colmap.Map // WithColumns; nil for the contract's names
 }
 
 // chunkRows is how many messages one INSERT, claim UPDATE, Ack, Reschedule
@@ -114,14 +119,16 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if cfg.chunkRows < 1 || cfg.chunkRows > 5000 {
 		errs = append(errs, fmt.Errorf("chunk of %d rows is not between 1 and 5000", cfg.chunkRows))
 	}
+	errs = append(errs, sqlcore.CheckColumns(cfg.columns)...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("mysqlstore: new store: %w", err)
 	}
-	s := &Store{db: db, table: t, chunk: cfg.chunkRows}
+	s := &Store{db: db, table: t, chunk: cfg.chunkRows, columns: cfg.columns}
 	s.core = &sqlcore.Core{
 		D: dialect, DB: db, Table: t.quoted(), Chunk: cfg.chunkRows,
 		Columns: s.coreColumns, Write: retryDeadlock,
 		TxOptions: &sql.TxOptions{Isolation: sql.LevelReadCommitted},
+		Map:       colmap.NewRewriter(cfg.columns, colmap.MySQL),
 	}
 	return s, nil
 }
@@ -191,22 +198,26 @@ func (s *Store) tableInfo(ctx context.Context, q queryer) (tableInfo, error) {
 	if s.info != nil {
 		return *s.info, nil
 	}
-	names, err := tableColumns(ctx, q, s.table)
+	defs, err := columnDefs(ctx, q, s.table)
 	if err != nil {
 		return tableInfo{}, err
 	}
+	if defs, err = sqlcore.ContractDefs(s.columns, s.table.raw, defs); err != nil {
+		return tableInfo{}, err
+	}
+	names := sqlcore.Names(defs)
 	cols, err := sqlcore.ReadColumns(names, s.table.raw, ErrNoTable)
 	if err != nil {
 		return tableInfo{}, err
 	}
 	info := tableInfo{Columns: cols}
-	lead, err := leadingColumns(ctx, q, s.table)
+	lead, err := s.leadingColumns(ctx, q)
 	if err != nil {
 		return tableInfo{}, err
 	}
 	info.claimIndex, info.headIndex = claimIndex(lead), headIndex(lead)
 	info.statusIndex = indexLeadingWith(lead, "status", "next_retry_at")
-	if info.pkID, err = primaryOnID(ctx, q, s.table); err != nil {
+	if info.pkID, err = s.primaryOnID(ctx, q); err != nil {
 		return tableInfo{}, err
 	}
 	s.info = &info
@@ -262,6 +273,19 @@ func leadingColumns(ctx context.Context, q queryer, t table) (map[string][3]stri
 	return lead, nil
 }
 
+// leadingColumns is leadingColumns of the table, under the contract's names
+// (WithColumns; "" for a column no contract column maps to).
+func (s *Store) leadingColumns(ctx context.Context, q queryer) (map[string][3]string, error) {
+	lead, err := leadingColumns(ctx, q, s.table)
+	for name, l := range lead {
+		for i, c := range l {
+			l[i] = sqlcore.ContractName(s.columns, c)
+		}
+		lead[name] = l
+	}
+	return lead, err
+}
+
 // indexLeadingWith returns the name of an index in lead whose leading
 // columns are cols (the first, by name, when several are), or "".
 func indexLeadingWith(lead map[string][3]string, cols ...string) string {
@@ -288,10 +312,11 @@ func headIndex(lead map[string][3]string) string {
 	return indexLeadingWith(lead, "status", "aggregate_type", "aggregate_id")
 }
 
-// primaryOnID reports whether the primary key of t starts with id.
-func primaryOnID(ctx context.Context, q queryer, t table) (bool, error) {
+// primaryOnID reports whether the primary key of the table starts with id.
+func (s *Store) primaryOnID(ctx context.Context, q queryer) (bool, error) {
+	t := s.table
 	cols, err := sqlcore.Strings(ctx, q, "primary key of "+t.raw, primaryKeySQL, t.schemaArg(), t.name)
-	return len(cols) > 0 && strings.EqualFold(cols[len(cols)-1], "id"), err
+	return len(cols) > 0 && sqlcore.ContractName(s.columns, strings.ToLower(cols[len(cols)-1])) == "id", err
 }
 
 // MySQL error numbers the Store translates or retries.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/colmap"
 	"github.com/outboxkit/outbox/internal/rowcheck"
 )
 
@@ -32,6 +33,9 @@ type Core struct {
 	Write func(ctx context.Context, f func() error) error
 	// TxOptions are those of the transactions Batch opens.
 	TxOptions *sql.TxOptions
+	// Map rewrites every statement for a table whose columns have other
+	// names; nil runs them as they are.
+	Map *colmap.Rewriter
 }
 
 const (
@@ -107,7 +111,7 @@ func (c *Core) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.Dead
 		limit = DefaultDeadLimit
 	}
 	sel, maxPayload := SelectColumns(cols), rowcheck.PayloadLimit(f.MaxPayload)
-	rows, err := c.DB.QueryContext(ctx, c.listDeadSQL(cols, where, maxPayload), append(args, min(limit, MaxDeadLimit))...)
+	rows, err := c.DB.QueryContext(ctx, c.Map.SQL(c.listDeadSQL(cols, where, maxPayload)), append(args, min(limit, MaxDeadLimit))...)
 	if err != nil {
 		return nil, c.errorf("list dead", err)
 	}
@@ -211,7 +215,7 @@ func (c *Core) eachDeadBatch(ctx context.Context, what string, f outbox.DeadFilt
 		}
 		var n int64
 		err := c.Write(ctx, func() (err error) {
-			n, err = ExecCount(ctx, c.DB, q, all)
+			n, err = ExecCount(ctx, c.DB, c.Map.SQL(q), all)
 			return err
 		})
 		if err != nil {
@@ -304,7 +308,7 @@ func (c *Core) InsertTx(ctx context.Context, tx *sql.Tx, msgs []*outbox.Message,
 			}
 			args = append(args, vals...)
 		}
-		if _, err := tx.ExecContext(ctx, stmt(names, len(chunk)), args...); err != nil {
+		if _, err := tx.ExecContext(ctx, c.Map.SQL(stmt(names, len(chunk))), args...); err != nil {
 			if c.D.Duplicate(err) {
 				err = fmt.Errorf("%w: %w", outbox.ErrDuplicate, err)
 			}
@@ -321,7 +325,7 @@ func (c *Core) Ack(ctx context.Context, p outbox.AckParams, stmt func(ms []*outb
 	ms := ByRowID(p.Messages, func(m *outbox.Message) *outbox.Message { return m })
 	n, err := c.Batch(ctx, len(ms), func(e Execer, lo, hi int) (int64, error) {
 		q, args := stmt(ms[lo:hi], p.Delete)
-		return ExecCount(ctx, e, q, args)
+		return ExecCount(ctx, e, c.Map.SQL(q), args)
 	})
 	if err != nil {
 		return 0, c.errorf("ack", err)
@@ -341,7 +345,7 @@ func (c *Core) CountRows(ctx context.Context, rowIDs []int64) (int, error) {
 		}
 		var n int
 		q := "SELECT count(*) FROM " + c.Table + " WHERE id IN (" + Placeholders(len(part)) + ")"
-		if err := c.DB.QueryRowContext(ctx, q, args...).Scan(&n); err != nil {
+		if err := c.DB.QueryRowContext(ctx, c.Map.SQL(q), args...).Scan(&n); err != nil {
 			return 0, c.errorf("count rows", err)
 		}
 		total += n
@@ -359,7 +363,7 @@ func (c *Core) Stats(ctx context.Context, query string, args []any, age func(old
 	}
 	var st outbox.Stats
 	var oldest any
-	err := c.DB.QueryRowContext(ctx, query, args...).
+	err := c.DB.QueryRowContext(ctx, c.Map.SQL(query), args...).
 		Scan(&st.Pending, &oldest, &st.Dead, &st.SentLastMinute, &st.SentLastHour, &st.OtherStatus)
 	if err == nil && oldest != nil {
 		st.OldestPending, err = age(oldest)
@@ -422,7 +426,7 @@ func (c *Core) settle(ctx context.Context, what string, n int, stmt func(cols Co
 		if c.D.NowArg != nil {
 			all = append(all, c.D.NowArg())
 		}
-		return ExecCount(ctx, e, stmt(cols, hi-lo), all)
+		return ExecCount(ctx, e, c.Map.SQL(stmt(cols, hi-lo)), all)
 	})
 	if err != nil {
 		return c.errorf(what, err)
@@ -455,7 +459,7 @@ type Move struct {
 // MoveRows moves the rows m.Pick selects from the table into m.Archive, or
 // deletes them, through q (the caller's transaction), and returns how many.
 func (c *Core) MoveRows(ctx context.Context, q QueryExecer, m Move) (int64, error) {
-	ids, err := QueryIDs(ctx, q, m.Pick, m.Args)
+	ids, err := QueryIDs(ctx, q, c.Map.SQL(m.Pick), m.Args)
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
@@ -466,9 +470,9 @@ func (c *Core) MoveRows(ctx context.Context, q QueryExecer, m Move) (int64, erro
 			return 0, err
 		}
 		copyRows := "INSERT INTO " + m.Archive + " (" + cols + ") SELECT " + cols + " FROM " + c.Table + in
-		if _, err := q.ExecContext(ctx, copyRows, ids...); err != nil {
+		if _, err := q.ExecContext(ctx, c.Map.SQL(copyRows), ids...); err != nil {
 			return 0, fmt.Errorf("copy rows: %w", err)
 		}
 	}
-	return ExecCount(ctx, q, "DELETE FROM "+c.Table+in, ids)
+	return ExecCount(ctx, q, c.Map.SQL("DELETE FROM "+c.Table+in), ids)
 }

@@ -1,0 +1,146 @@
+package mysqlstore_test
+
+import (
+	"database/sql"
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/mysqlstore"
+	"github.com/outboxkit/outbox/store/storetest"
+)
+
+// renamed maps every contract column to another name.
+var renamed = mysqlstore.RenamedColumns()
+
+// mappedTable creates, in a database of the test's own, the table a
+// migrated Store makes, renames its columns as renamed says, and returns
+// the database and a handle on it whose statements are rewritten for the
+// mapped table, as the Store rewrites its own.
+func mappedTable(t *testing.T) (db, mapped *sql.DB) {
+	t.Helper()
+	db, dsn := openDB(t)
+	s, err := mysqlstore.New(db, mysqlstore.WithTable("mapped_outbox"))
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(t.Context()))
+	var alter []string
+	for c, to := range renamed {
+		if c != to {
+			alter = append(alter, fmt.Sprintf("RENAME COLUMN %s TO %s", c, to))
+		}
+	}
+	_, err = db.ExecContext(t.Context(), "ALTER TABLE mapped_outbox "+strings.Join(alter, ", "))
+	require.NoError(t, err)
+	full, err := mysqlstore.DSN(dsn)
+	require.NoError(t, err)
+	mapped = testsvc.RewritingDB(t, &mysql.MySQLDriver{}, full, func(q string) string { return mysqlstore.MapSQL(renamed, q) })
+	return db, mapped
+}
+
+// mappedStore returns a Store on a mapped table (mappedTable).
+func mappedStore(t *testing.T) (*mysqlstore.Store, *sql.DB, *sql.DB) {
+	t.Helper()
+	db, mapped := mappedTable(t)
+	s, err := mysqlstore.New(db, mysqlstore.WithTable("mapped_outbox"), mysqlstore.WithColumns(renamed))
+	require.NoError(t, err)
+	require.NoError(t, s.CheckTable(t.Context()))
+	return s, db, mapped
+}
+
+// TestStoreMappedColumns runs the conformance suite on a table whose
+// columns all have other names, read through WithColumns. The suite's own
+// SQL, written with the contract's names, reaches the table through a
+// rewriting handle.
+func TestStoreMappedColumns(t *testing.T) {
+	storetest.Run(t, storetest.Harness{
+		Runs:    true,
+		Dialect: storetest.MySQL,
+		New: func(t *testing.T) *storetest.Fixture {
+			s, db, mapped := mappedStore(t)
+			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: mapped, Table: s.Table()}
+		},
+		Time: mysqlTime,
+	})
+}
+
+// TestNewRefusesColumns checks the mappings New refuses, each named in the
+// error, and that Migrate leaves a mapped table alone.
+func TestNewRefusesColumns(t *testing.T) {
+	t.Parallel()
+	db, _ := openDB(t)
+	logOnly := map[string]string{"message_id": "id", "aggregate_type": "aggregatetype", "aggregate_id": "aggregateid",
+		"event_type": "type", "payload": "payload"}
+	for _, tc := range []struct {
+		name string
+		cols map[string]string
+		want string
+	}{
+		{"LogOnly", logOnly, "log-only mapping"},
+		{"UnknownColumn", map[string]string{"colour": "c"}, `"colour" is not a column`},
+		{"StateInPart", map[string]string{"message_id": "a", "aggregate_type": "b", "aggregate_id": "c",
+			"event_type": "d", "payload": "e", "status": "f"}, "state columns mapped in part"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := mysqlstore.New(db, mysqlstore.WithColumns(tc.cols))
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	s, err := mysqlstore.New(db, mysqlstore.WithColumns(renamed))
+	require.NoError(t, err, "a mapping of every column")
+	require.ErrorContains(t, s.Migrate(t.Context()), "WithColumns", "Migrate leaves a mapped table alone")
+}
+
+// TestMappedColumnMissing checks that a mapping naming a column the table
+// lacks fails CheckTable and the first claim, with the mapping and the
+// table's columns in the message.
+func TestMappedColumnMissing(t *testing.T) {
+	t.Parallel()
+	db, _ := mappedTable(t)
+	cols := maps.Clone(renamed)
+	cols["status"] = "ob_state" // misspelt: the table has ob_status
+	s, err := mysqlstore.New(db, mysqlstore.WithTable("mapped_outbox"), mysqlstore.WithColumns(cols))
+	require.NoError(t, err)
+	for name, err := range map[string]error{
+		"CheckTable": s.CheckTable(t.Context()),
+		"Claim": func() error {
+			_, err := s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
+			return err
+		}(),
+	} {
+		require.ErrorContains(t, err, "status -> ob_state", name)
+		require.ErrorContains(t, err, "status: ob_state", name+": the mapping")
+		require.ErrorContains(t, err, "ob_retry_count, ob_status", name+": the table's columns")
+	}
+}
+
+// TestMappedMissingIndexes checks that the index advice for a mapped table
+// names its columns, and that the claims find the indexes it creates.
+func TestMappedMissingIndexes(t *testing.T) {
+	t.Parallel()
+	s, db, _ := mappedStore(t)
+	missing, err := s.MissingIndexes(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, missing, "Migrate's indexes, on the renamed columns")
+	_, err = db.ExecContext(t.Context(), "DROP INDEX idx_status_id ON mapped_outbox")
+	require.NoError(t, err)
+	_, err = db.ExecContext(t.Context(), "DROP INDEX idx_status_aggregate ON mapped_outbox")
+	require.NoError(t, err)
+	missing, err = s.MissingIndexes(t.Context())
+	require.NoError(t, err)
+	require.Len(t, missing, 2)
+	for _, p := range missing {
+		require.Contains(t, p.Fix, "`ob_status`")
+		_, err := db.ExecContext(t.Context(), p.Fix)
+		require.NoError(t, err)
+	}
+	missing, err = s.MissingIndexes(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, missing)
+}
