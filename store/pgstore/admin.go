@@ -89,7 +89,7 @@ func (s *Store) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.Dea
 	o.updated_at::timestamptz, %s
 FROM %s AS o WHERE %s ORDER BY o.id LIMIT $%d`,
 		rowcheck.MaxAttempt, payloadParam(q.dataColumns, len(args)), lastErr, q.payloadSize(), s.ident, where, len(args)-1)
-	rows, err := s.pool.Query(ctx, s.m.sql(sql), args...)
+	rows, err := s.pool.Query(ctx, s.m.SQL(sql), args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: list dead: %w", err)
 	}
@@ -150,7 +150,7 @@ func (s *Store) eachDeadBatch(ctx context.Context, what string, f outbox.DeadFil
 	sql := fmt.Sprintf(stmt, s.ident, sub)
 	var total int64
 	for {
-		tag, err := s.pool.Exec(ctx, s.m.sql(sql), args...)
+		tag, err := s.pool.Exec(ctx, s.m.SQL(sql), args...)
 		if err != nil {
 			return total, fmt.Errorf("pgstore: %s: %w", what, err)
 		}
@@ -191,7 +191,7 @@ func (s *Store) Archive(ctx context.Context, p outbox.ArchiveParams) (int64, err
 			// scheduled archive that finds nothing old enough leaves no empty
 			// table behind, and needs no CREATE right until then.
 			var found bool
-			err := s.pool.QueryRow(ctx, s.m.sql(fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE %s)", s.ident, old)), age).Scan(&found)
+			err := s.pool.QueryRow(ctx, s.m.SQL(fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE %s)", s.ident, old)), age).Scan(&found)
 			if err != nil {
 				return 0, fmt.Errorf("pgstore: archive: %w", err)
 			}
@@ -206,7 +206,7 @@ func (s *Store) Archive(ctx context.Context, p outbox.ArchiveParams) (int64, err
 		sql = fmt.Sprintf(`WITH moved AS (DELETE FROM %[1]s WHERE id IN (%[2]s) RETURNING %[3]s)
 INSERT INTO %[4]s (%[3]s) SELECT %[3]s FROM moved`, s.ident, pick, cols, archive)
 	}
-	tag, err := s.pool.Exec(ctx, s.m.sql(sql), age, p.Batch)
+	tag, err := s.pool.Exec(ctx, s.m.SQL(sql), age, p.Batch)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: archive: %w", err)
 	}
@@ -252,7 +252,7 @@ func (s *Store) archiveTable(ctx context.Context) (string, string, error) {
 			continue
 		}
 		if s.m != nil {
-			c = pgx.Identifier{c}.Sanitize() // the table's name: left alone by the mapper
+			c = pgx.Identifier{c}.Sanitize() // the table's name: left alone by the rewriter
 		}
 		names = append(names, c)
 		// typ comes from format_type of the live table, never from a caller.
@@ -262,7 +262,7 @@ func (s *Store) archiveTable(ctx context.Context) (string, string, error) {
 	// implicit transaction, which the transaction-scoped lock lasts for.
 	ddl := fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d); CREATE TABLE IF NOT EXISTS %s (LIKE %s); ALTER TABLE %s %s`,
 		archiveLockKey(ident), ident, s.ident, ident, strings.Join(add, ", "))
-	if _, err := s.pool.Exec(ctx, s.m.sql(ddl)); err != nil {
+	if _, err := s.pool.Exec(ctx, s.m.SQL(ddl)); err != nil {
 		return "", "", fmt.Errorf("pgstore: archive: create %s: %w", s.ArchiveTable(), err)
 	}
 	a := &archiveInfo{ident: ident, cols: strings.Join(names, ", ")}

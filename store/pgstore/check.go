@@ -138,7 +138,7 @@ func (s *Store) prepareRelayStatements(ctx context.Context, cols map[string]stri
 	var reasons []string
 	failing := map[string][]string{}
 	for _, st := range stmts {
-		if _, err := conn.Conn().PgConn().Prepare(ctx, "", s.m.sql(st.sql), nil); err != nil {
+		if _, err := conn.Conn().PgConn().Prepare(ctx, "", s.m.SQL(st.sql), nil); err != nil {
 			why := err.Error()
 			if failing[why] == nil {
 				reasons = append(reasons, why)

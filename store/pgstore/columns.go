@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"strings"
-	"sync"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox/internal/colmap"
 )
@@ -62,99 +59,6 @@ func (c *config) checkColumns() []error {
 
 // errMapped is returned by the methods a mapped table does not support.
 var errMapped = errors.New("not available on a table mapped by WithColumns")
-
-// mapper rewrites the Store's statements, written with the contract's
-// column names, for a table mapped by WithColumns: every unquoted
-// identifier outside string literals that is a contract column becomes the
-// quoted name of the table's column. The statements never use a contract
-// column's name for anything else (aliases of the table's rows, a VALUES or
-// unnest list feeding the table's columns), so renaming them all keeps each
-// statement whole. Rewritten statements are quoted identifiers throughout,
-// so rewriting twice changes nothing. A nil mapper leaves statements as
-// they are.
-type mapper struct {
-	to   map[string]string // contract column -> quoted table column
-	done sync.Map          // statement -> rewritten
-}
-
-func newMapper(cols colmap.Map) *mapper {
-	if len(cols) == 0 {
-		return nil
-	}
-	m := &mapper{to: make(map[string]string, len(cols))}
-	for k, v := range cols {
-		m.to[k] = pgx.Identifier{v}.Sanitize()
-	}
-	return m
-}
-
-// sql returns stmt for the table: rewritten with a mapping, as it is without.
-func (m *mapper) sql(stmt string) string {
-	if m == nil {
-		return stmt
-	}
-	if v, ok := m.done.Load(stmt); ok {
-		return v.(string)
-	}
-	out := m.rewrite(stmt)
-	m.done.Store(stmt, out)
-	return out
-}
-
-// rewrite renames the contract columns of stmt (see mapper).
-func (m *mapper) rewrite(stmt string) string {
-	var b strings.Builder
-	b.Grow(len(stmt) + len(stmt)/8)
-	for i := 0; i < len(stmt); {
-		c := stmt[i]
-		switch {
-		case c == '\'' || c == '"': // a literal or a quoted identifier, '' and "" escaped
-			j := i + 1
-			for j < len(stmt) {
-				if stmt[j] == c {
-					if j+1 < len(stmt) && stmt[j+1] == c {
-						j += 2
-						continue
-					}
-					break
-				}
-				j++
-			}
-			j = min(j+1, len(stmt))
-			b.WriteString(stmt[i:j])
-			i = j
-		case c == '-' && i+1 < len(stmt) && stmt[i+1] == '-': // a comment to the end of the line
-			j := strings.IndexByte(stmt[i:], '\n')
-			if j < 0 {
-				j = len(stmt) - i
-			}
-			b.WriteString(stmt[i : i+j])
-			i += j
-		case isIdentStart(c) || c == '$' || (c >= '0' && c <= '9'):
-			// A word: an identifier, a keyword, a parameter ($1,
-			// $max_payload) or a number; only a bare identifier is renamed.
-			j := i + 1
-			for j < len(stmt) && isIdentPart(stmt[j]) {
-				j++
-			}
-			word := stmt[i:j]
-			if to, ok := m.to[word]; ok && isIdentStart(c) {
-				b.WriteString(to)
-			} else {
-				b.WriteString(word)
-			}
-			i = j
-		default:
-			b.WriteByte(c)
-			i++
-		}
-	}
-	return b.String()
-}
-
-func isIdentStart(c byte) bool { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') }
-
-func isIdentPart(c byte) bool { return isIdentStart(c) || (c >= '0' && c <= '9') || c == '$' }
 
 // contractColumns turns the table's columns (name -> type) into the
 // contract's names for the mapped table: the columns the mapping names,

@@ -107,7 +107,7 @@ func (s *Store) MissingIndexes(ctx context.Context) ([]outbox.TableProblem, erro
 		}
 		out = append(out, outbox.TableProblem{
 			Problem: fmt.Sprintf("index %s is missing: %s", name, ix.without),
-			Fix:     s.m.sql(fmt.Sprintf("CREATE INDEX CONCURRENTLY %s ON %s %s", pgx.Identifier{name}.Sanitize(), s.ident, ix.def)),
+			Fix:     s.m.SQL(fmt.Sprintf("CREATE INDEX CONCURRENTLY %s ON %s %s", pgx.Identifier{name}.Sanitize(), s.ident, ix.def)),
 		})
 	}
 	return out, nil

@@ -38,7 +38,7 @@ func (s *Store) InsertTx(ctx context.Context, tx pgx.Tx, msgs []*outbox.Message)
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, s.m.sql(sql), args...)
+	_, err = tx.Exec(ctx, s.m.SQL(sql), args...)
 	return insertError(len(msgs), err)
 }
 
@@ -67,7 +67,7 @@ func (i sqlInserter) InsertTx(ctx context.Context, tx *sql.Tx, msgs []*outbox.Me
 	if err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, i.s.m.sql(sql), args...)
+	_, err = tx.ExecContext(ctx, i.s.m.SQL(sql), args...)
 	return insertError(len(msgs), err)
 }
 
@@ -139,7 +139,7 @@ func insertError(n int, err error) error {
 // transaction tx, for outbox.WithDeleteAfterInsert: inserted and deleted in
 // one transaction, a message exists only in the log, for store/pgcdc.
 func (s *Store) DeleteTx(ctx context.Context, tx pgx.Tx, msgs []*outbox.Message) error {
-	_, err := tx.Exec(ctx, s.m.sql("DELETE FROM "+s.ident+" WHERE message_id = ANY($1)"), messageIDs(msgs))
+	_, err := tx.Exec(ctx, s.m.SQL("DELETE FROM "+s.ident+" WHERE message_id = ANY($1)"), messageIDs(msgs))
 	if err != nil {
 		return fmt.Errorf("pgstore: delete %d messages: %w", len(msgs), err)
 	}
@@ -148,7 +148,7 @@ func (s *Store) DeleteTx(ctx context.Context, tx pgx.Tx, msgs []*outbox.Message)
 
 // DeleteTx deletes the rows of msgs in tx, like [Store.DeleteTx].
 func (i sqlInserter) DeleteTx(ctx context.Context, tx *sql.Tx, msgs []*outbox.Message) error {
-	_, err := tx.ExecContext(ctx, i.s.m.sql("DELETE FROM "+i.s.ident+" WHERE message_id = ANY($1)"), messageIDs(msgs))
+	_, err := tx.ExecContext(ctx, i.s.m.SQL("DELETE FROM "+i.s.ident+" WHERE message_id = ANY($1)"), messageIDs(msgs))
 	if err != nil {
 		return fmt.Errorf("pgstore: delete %d messages: %w", len(msgs), err)
 	}

@@ -402,7 +402,7 @@ func (s *Store) claimInto(ctx context.Context, claim *outbox.Claim, q *queries, 
 // every row), and a row whose id is NULL carries only the flags.
 func (s *Store) claimRows(ctx context.Context, claim *outbox.Claim, q *queries, sql string, flags []any,
 	maxPayload int32, args ...any) error {
-	rows, err := s.pool.Query(ctx, s.m.sql(sql), append(args, maxPayload)...)
+	rows, err := s.pool.Query(ctx, s.m.SQL(sql), append(args, maxPayload)...)
 	if err != nil {
 		return fmt.Errorf("pgstore: claim: %w", err)
 	}

@@ -71,7 +71,7 @@ type Store struct {
 
 	// m rewrites statements for a table mapped by WithColumns; nil without
 	// a mapping (columns.go).
-	m *mapper
+	m *colmap.Rewriter
 }
 
 type config struct {
@@ -240,7 +240,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if err := errors.Join(cfg.checkColumns()...); err != nil {
 		return nil, fmt.Errorf("pgstore: new store: %w", err)
 	}
-	s := &Store{pool: pool, cfg: cfg, ident: pgx.Identifier(parts).Sanitize(), m: newMapper(cfg.columns)}
+	s := &Store{pool: pool, cfg: cfg, ident: pgx.Identifier(parts).Sanitize(), m: colmap.NewRewriter(cfg.columns, colmap.PostgreSQL)}
 	s.heldIdle.Store(true) // a relay starts as an idle one: its first held claim asks first
 	s.claimCursor.every = cmp.Or(cfg.rescanEvery, rescanEvery)
 	if cfg.notify || cfg.notifyTrigger {
@@ -318,7 +318,7 @@ func (s *Store) queriesFor(ctx context.Context, run rowQuerier) (*queries, error
 	if h := q.held; h != nil && s.m != nil { // run where they are, not through one place as the others
 		d := &h.deferred
 		for _, p := range []*string{&h.due, &h.claim, &h.claimStatus, &h.ack, &h.del, &d.ack, &d.del, &d.reschedule, &d.kill} {
-			*p = s.m.sql(*p)
+			*p = s.m.SQL(*p)
 		}
 	}
 	s.mu.Lock()

@@ -38,9 +38,9 @@ var goldenMapping = colmap.Map{
 // statementDump lists, for each set of options, every statement a Store
 // builds for a table with cols: claims, settling, insert, stats, ordered
 // and runs claims, batch-lease and held claims.
-func statementDump(t *testing.T, cols map[string]string, m *mapper) string {
+func statementDump(t *testing.T, cols map[string]string, m *colmap.Rewriter) string {
 	var b strings.Builder
-	add := func(name, sql string) { fmt.Fprintf(&b, "-- %s\n%s\n\n", name, m.sql(sql)) }
+	add := func(name, sql string) { fmt.Fprintf(&b, "-- %s\n%s\n\n", name, m.SQL(sql)) }
 	for _, opt := range []struct {
 		name string
 		opt  buildOptions
@@ -104,10 +104,10 @@ func statementDump(t *testing.T, cols map[string]string, m *mapper) string {
 func TestStatementsGolden(t *testing.T) {
 	for _, tc := range []struct {
 		file string
-		m    *mapper
+		m    *colmap.Rewriter
 	}{
 		{"statements.golden", nil},
-		{"statements_mapped.golden", newMapper(goldenMapping)},
+		{"statements_mapped.golden", colmap.NewRewriter(goldenMapping, colmap.PostgreSQL)},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			got := statementDump(t, goldenColumns, tc.m)
@@ -123,9 +123,9 @@ func TestStatementsGolden(t *testing.T) {
 	}
 }
 
-// TestMapperRewrite checks what the mapper renames and what it leaves.
+// TestMapperRewrite checks what the PostgreSQL rewriter renames and what it leaves.
 func TestMapperRewrite(t *testing.T) {
-	m := newMapper(colmap.Map{"id": "ob_id", "status": "ob_status", "payload": "payload"})
+	m := colmap.NewRewriter(colmap.Map{"id": "ob_id", "status": "ob_status", "payload": "payload"}, colmap.PostgreSQL)
 	for _, tc := range []struct{ in, want string }{
 		{"SELECT o.id FROM t AS o WHERE status = 0", `SELECT o."ob_id" FROM t AS o WHERE "ob_status" = 0`},
 		{"a(id, attempt) id2 _id", `a("ob_id", attempt) id2 _id`},
@@ -134,12 +134,12 @@ func TestMapperRewrite(t *testing.T) {
 		{"payload::text -- id\nid", "\"payload\"::text -- id\n\"ob_id\""},
 		{`COLLATE "C" 'unterminated id`, `COLLATE "C" 'unterminated id`},
 	} {
-		require.Equal(t, tc.want, m.sql(tc.in), tc.in)
-		require.Equal(t, tc.want, m.sql(m.sql(tc.in)), "twice: "+tc.in)
+		require.Equal(t, tc.want, m.SQL(tc.in), tc.in)
+		require.Equal(t, tc.want, m.SQL(m.SQL(tc.in)), "twice: "+tc.in)
 	}
-	swap := newMapper(colmap.Map{"id": "message_id", "message_id": "id"}) // Debezium's id is the message id
+	swap := colmap.NewRewriter(colmap.Map{"id": "message_id", "message_id": "id"}, colmap.PostgreSQL) // Debezium's id is the message id
 	require.Equal(t, `SELECT "message_id", "id" FROM t WHERE "message_id" > $1`,
-		swap.sql("SELECT id, message_id FROM t WHERE id > $1"))
-	var none *mapper
-	require.Equal(t, "SELECT id", none.sql("SELECT id"))
+		swap.SQL("SELECT id, message_id FROM t WHERE id > $1"))
+	var none *colmap.Rewriter
+	require.Equal(t, "SELECT id", none.SQL("SELECT id"))
 }

@@ -65,7 +65,7 @@ func (s *Store) readPayloadSizes(ctx context.Context, run rowQuerier, c *outbox.
 		size = q.payloadSize()
 	}
 	var got, sizes []int64
-	err := run(ctx, s.m.sql(fmt.Sprintf(`SELECT COALESCE(array_agg(o.id), '{}'), COALESCE(array_agg((%s)::bigint), '{}')
+	err := run(ctx, s.m.SQL(fmt.Sprintf(`SELECT COALESCE(array_agg(o.id), '{}'), COALESCE(array_agg((%s)::bigint), '{}')
 FROM %s AS o WHERE o.id = ANY($1::bigint[])`, size, s.ident)), ids).Scan(&got, &sizes)
 	if err != nil {
 		return
@@ -437,7 +437,7 @@ func (s *Store) Ack(ctx context.Context, p outbox.AckParams) (int, error) {
 	if p.Delete {
 		sql = q.del
 	}
-	tag, err := s.pool.Exec(ctx, s.m.sql(sql), ids, attempts)
+	tag, err := s.pool.Exec(ctx, s.m.SQL(sql), ids, attempts)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: ack %d messages: %w", len(ids), err)
 	}
@@ -448,7 +448,7 @@ func (s *Store) Ack(ctx context.Context, p outbox.AckParams) (int, error) {
 // their status; part of [outbox.RowCounter].
 func (s *Store) CountRows(ctx context.Context, rowIDs []int64) (int, error) {
 	var n int
-	if err := s.pool.QueryRow(ctx, s.m.sql("SELECT count(*) FROM "+s.ident+" WHERE id = ANY($1)"), rowIDs).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, s.m.SQL("SELECT count(*) FROM "+s.ident+" WHERE id = ANY($1)"), rowIDs).Scan(&n); err != nil {
 		return 0, fmt.Errorf("pgstore: count rows: %w", err)
 	}
 	return n, nil
@@ -493,7 +493,7 @@ func (s *Store) Reschedule(ctx context.Context, p outbox.RescheduleParams) error
 	if p.Refund {
 		refund = 1
 	}
-	if _, err := s.pool.Exec(ctx, s.m.sql(q.reschedule), ids, attempts, ats, errs, refund); err != nil {
+	if _, err := s.pool.Exec(ctx, s.m.SQL(q.reschedule), ids, attempts, ats, errs, refund); err != nil {
 		return fmt.Errorf("pgstore: reschedule %d messages: %w", len(ids), err)
 	}
 	return nil
@@ -526,7 +526,7 @@ func (s *Store) Kill(ctx context.Context, p outbox.KillParams) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.pool.Exec(ctx, s.m.sql(q.kill), ids, attempts, reasons); err != nil {
+	if _, err := s.pool.Exec(ctx, s.m.SQL(q.kill), ids, attempts, reasons); err != nil {
 		return fmt.Errorf("pgstore: kill %d messages: %w", len(ids), err)
 	}
 	return nil
@@ -558,7 +558,7 @@ func (s *Store) Stats(ctx context.Context) (*outbox.Stats, error) {
 	}
 	var st outbox.Stats
 	var oldestMicros int64
-	if err := s.pool.QueryRow(ctx, s.m.sql(q.stats)).Scan(
+	if err := s.pool.QueryRow(ctx, s.m.SQL(q.stats)).Scan(
 		&st.Pending, &oldestMicros, &st.Dead, &st.SentLastMinute, &st.SentLastHour, &st.OtherStatus); err != nil {
 		return nil, fmt.Errorf("pgstore: stats: %w", err)
 	}
