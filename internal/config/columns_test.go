@@ -50,10 +50,10 @@ func TestValidateColumns(t *testing.T) {
 			[]string{"columns: a log-only mapping (no state columns) needs source: cdc"}},
 		{"PollingMySQL", func(c *Config) {
 			c.Source, c.Columns, c.DB = SourcePolling, kept(), NewSecret("mysql://u:pw@localhost:3306/db")
-		}, []string{"columns: applies to postgres:// only, not mysql://"}},
+		}, nil},
 		{"PollingSQLite", func(c *Config) {
 			c.Source, c.Columns, c.DB = SourcePolling, kept(), NewSecret("sqlite:///tmp/x.db")
-		}, []string{"columns: applies to postgres:// only, not sqlite://"}},
+		}, []string{"columns: applies to postgres:// and mysql:// only, not sqlite://"}},
 		{"BatchLeaseKeptState", func(c *Config) { c.Columns = kept(); c.BatchLease = true },
 			[]string{"batch_lease: not available with a columns: mapping yet"}},
 		{"HeldClaimsKeptState", func(c *Config) { c.Source, c.Columns, c.HeldClaims, c.Ordering = SourcePolling, kept(), true, false }, nil},

@@ -140,9 +140,9 @@ func OpenDB(ctx context.Context, dsn config.Secret, p DBParams) (*DB, error) {
 	if !ok {
 		return nil, fmt.Errorf("open database: unknown scheme %q; want %s", scheme, schemes(dbOpeners))
 	}
-	if pg := scheme == "postgres" || scheme == "postgresql"; !pg && len(p.Columns) > 0 && !colmap.Map(p.Columns).LogOnly() {
+	if mapped := scheme == "postgres" || scheme == "postgresql" || scheme == "mysql"; !mapped && len(p.Columns) > 0 && !colmap.Map(p.Columns).LogOnly() {
 		// config.Validate refuses this first, as below.
-		return nil, fmt.Errorf("open database: a columns: mapping is polled on postgres:// only, not %s://", scheme)
+		return nil, fmt.Errorf("open database: a columns: mapping is polled on postgres:// and mysql:// only, not %s://", scheme)
 	}
 	if pg := scheme == "postgres" || scheme == "postgresql"; !pg && (p.Notify || p.NotifyTrigger || p.BatchLease || p.AsyncCommit || p.HeldClaims) {
 		// config.Validate refuses these first; this catches a caller that
@@ -308,7 +308,11 @@ func openMySQL(_ context.Context, dsn string, p DBParams) (*DB, error) {
 	db.SetMaxOpenConns(p.MaxConns)
 	db.SetMaxIdleConns(p.MaxConns)
 	db.SetConnMaxLifetime(30 * time.Minute)
-	s, err := mysqlstore.New(db, mysqlstore.WithTable(p.Table))
+	opts := []mysqlstore.Option{mysqlstore.WithTable(p.Table)}
+	if len(p.Columns) > 0 {
+		opts = append(opts, mysqlstore.WithColumns(p.Columns))
+	}
+	s, err := mysqlstore.New(db, opts...)
 	if err != nil {
 		db.Close()
 		return nil, err
