@@ -36,6 +36,9 @@ var optionalColumns = []struct{ name, typ string }{
 // when the table does not exist; the later ones are idempotent and run every
 // time.
 func (s *Store) Migrate(ctx context.Context) error {
+	if len(s.mapping) > 0 {
+		return fmt.Errorf("sqlitestore: migrate %s: %w (the table is the team's own)", s.table.raw, errMapped)
+	}
 	steps, err := s.migrations()
 	if err != nil {
 		return fmt.Errorf("sqlitestore: migrate: %w", err)
