@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"text/template"
+
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 //go:embed migrations/*.up.sql
@@ -37,7 +39,7 @@ var optionalColumns = []struct{ name, typ string }{
 // time.
 func (s *Store) Migrate(ctx context.Context) error {
 	if len(s.mapping) > 0 {
-		return fmt.Errorf("sqlitestore: migrate %s: %w (the table is the team's own)", s.table.raw, errMapped)
+		return fmt.Errorf("sqlitestore: migrate %s: %w (the table is the team's own)", s.table.raw, sqlcore.ErrMapped)
 	}
 	steps, err := s.migrations()
 	if err != nil {
