@@ -1,10 +1,10 @@
 package mysqlstore
 
 import (
-	"errors"
 	"maps"
 
 	"github.com/outboxkit/outbox/internal/colmap"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 // WithColumns makes the Store poll a table whose columns have other names:
@@ -26,17 +26,9 @@ func WithColumns(cols map[string]string) Option {
 	return func(c *config) { c.columns = colmap.Map(maps.Clone(cols)) }
 }
 
-// errMapped is returned by the methods a mapped table does not support.
-var errMapped = errors.New("not available on a table mapped by WithColumns")
-
 // sql returns stmt, written with the contract's column names, as it runs on
 // the table: rewritten for WithColumns, as it is without.
 func (s *Store) sql(stmt string) string { return s.core.Map.SQL(stmt) }
 
 // column returns the table's name of contract column c.
-func (s *Store) column(c string) string {
-	if v, ok := s.columns.Column(c); ok {
-		return v
-	}
-	return c
-}
+func (s *Store) column(c string) string { return sqlcore.Column(s.columns, c) }

@@ -74,3 +74,27 @@ func ExampleWithTable() {
 	}
 	_ = store // the store finds out on first use which optional columns the table has
 }
+
+// A relay polls a table the team created with its own column names: the
+// message columns as Debezium's outbox router names them, the state
+// columns with a prefix. (It needs a MySQL or MariaDB server, so it only compiles here.)
+func ExampleWithColumns() {
+	db, err := mysqlstore.Open("shop:secret@tcp(127.0.0.1:3306)/shop")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	store, err := mysqlstore.New(db, mysqlstore.WithTable("outbox"), mysqlstore.WithColumns(map[string]string{
+		"id": "seq", "message_id": "event_id", "aggregate_type": "aggregatetype", "aggregate_id": "aggregateid",
+		"event_type": "type", "payload": "payload", "status": "ob_status", "retry_count": "ob_retries",
+		"next_retry_at": "ob_due_at", "created_at": "ob_created_at", "updated_at": "ob_updated_at",
+	}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// CheckTable reports a mapped column the table lacks, with the mapping
+	// and the table's columns.
+	if err := store.CheckTable(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	_ "embed"
 	"fmt"
 	"strings"
+
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 //go:embed migrations/0001_create_outbox.up.sql
@@ -39,7 +41,7 @@ const migrateLockTimeout = 30
 // (GET_LOCK) for the table while it works.
 func (s *Store) Migrate(ctx context.Context) error {
 	if len(s.columns) > 0 {
-		return fmt.Errorf("mysqlstore: migrate %s: %w (the table is the team's own)", s.table.raw, errMapped)
+		return fmt.Errorf("mysqlstore: migrate %s: %w (the table is the team's own)", s.table.raw, sqlcore.ErrMapped)
 	}
 	defer s.forget()
 	conn, err := s.db.Conn(ctx)

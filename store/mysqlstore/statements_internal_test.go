@@ -53,3 +53,22 @@ func TestStatementsGolden(t *testing.T) {
 	s, db := orderedStore(t)
 	checkGolden(t, "statements.golden", dumpStatements(t, s, db))
 }
+
+// TestStatementsGoldenMapped checks every statement a Store with
+// WithColumns(RenamedColumns()) builds, on a table renamed so, against
+// statements_mapped.golden: those of statements.golden with the table's
+// quoted columns.
+func TestStatementsGoldenMapped(t *testing.T) {
+	t.Parallel()
+	_, db := orderedStore(t)
+	cols := RenamedColumns()
+	for c, to := range cols {
+		if c != to {
+			_, err := db.ExecContext(t.Context(), fmt.Sprintf("ALTER TABLE outbox_message RENAME COLUMN %s TO %s", c, to))
+			require.NoError(t, err)
+		}
+	}
+	s, err := New(db, WithColumns(cols))
+	require.NoError(t, err)
+	checkGolden(t, "statements_mapped.golden", dumpStatements(t, s, db))
+}

@@ -102,17 +102,17 @@ func (s *Store) ensureArchive(ctx context.Context, conn *sql.Conn, archive table
 		// Rows keep their ids; the archive needs no AUTOINCREMENT, defaults or checks.
 		defs := []string{"id INTEGER PRIMARY KEY"}
 		for _, c := range live {
-			if c.Name != "id" {
+			if c.Name != s.column("id") {
 				defs = append(defs, quoteIdent(c.Name)+" "+declType(c.Type))
 			}
 		}
-		if _, err := conn.ExecContext(ctx, fmt.Sprintf(archiveCreate, s.table.quoted(), archive.quoted(), strings.Join(defs, ", "))); err != nil {
+		if _, err := conn.ExecContext(ctx, s.sql(fmt.Sprintf(archiveCreate, s.table.quoted(), archive.quoted(), strings.Join(defs, ", ")))); err != nil {
 			return "", fmt.Errorf("create %s: %w", archive.raw, err)
 		}
 		return cols, nil
 	}
 	for _, c := range missing {
-		_, err := conn.ExecContext(ctx, fmt.Sprintf(archiveAddColumn, s.table.quoted(), archive.quoted(), quoteIdent(c.Name), declType(c.Type)))
+		_, err := conn.ExecContext(ctx, s.sql(fmt.Sprintf(archiveAddColumn, s.table.quoted(), archive.quoted(), quoteIdent(c.Name), declType(c.Type))))
 		if err != nil {
 			return "", fmt.Errorf("add column %s to %s: %w", c.Name, archive.raw, err)
 		}

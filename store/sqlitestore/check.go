@@ -22,6 +22,9 @@ func (s *Store) CheckTable(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sqlitestore: check table: %w", err)
 	}
+	if defs, err = sqlcore.ContractDefs(s.mapping, s.table.raw, defs); err != nil {
+		return fmt.Errorf("sqlitestore: check table: %w", err)
+	}
 	return sqlcore.CheckTable(s.table.raw, defs, func() (outbox.TableProblem, error) {
 		return outbox.TableProblem{
 			Problem: fmt.Sprintf("table %s not found in the database file", s.table.raw),

@@ -77,7 +77,7 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, st claimStatements, p
 	maxPayload := rowcheck.PayloadLimit(p.MaxPayload)
 	// read runs one claim statement and adds the rows it returns to c.
 	read := func(query string, args ...any) (int, error) {
-		rows, err := tx.QueryContext(ctx, query, args...)
+		rows, err := tx.QueryContext(ctx, s.sql(query), args...)
 		if err != nil {
 			return 0, err
 		}
@@ -109,7 +109,7 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, st claimStatements, p
 	if err != nil {
 		return nil, err
 	}
-	rowcheck.ReadSizes(ctx, tx, payloadSizesSQL(s.table.quoted(), sel), c.Malformed)
+	rowcheck.ReadSizes(ctx, tx, s.sql(payloadSizesSQL(s.table.quoted(), sel)), c.Malformed)
 	return c, nil
 }
 

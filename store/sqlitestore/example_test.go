@@ -109,3 +109,27 @@ func ExampleWithTable() {
 	// rejected
 	// billing_outbox
 }
+
+// A relay polls a table the team created with its own column names: the
+// message columns as Debezium's outbox router names them, the state
+// columns with a prefix. (It needs a database file, so it only compiles here.)
+func ExampleWithColumns() {
+	db, err := sqlitestore.Open("shop.db")
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	store, err := sqlitestore.New(db, sqlitestore.WithTable("outbox"), sqlitestore.WithColumns(map[string]string{
+		"id": "seq", "message_id": "event_id", "aggregate_type": "aggregatetype", "aggregate_id": "aggregateid",
+		"event_type": "type", "payload": "payload", "status": "ob_status", "retry_count": "ob_retries",
+		"next_retry_at": "ob_due_at", "created_at": "ob_created_at", "updated_at": "ob_updated_at",
+	}))
+	if err != nil {
+		panic(err)
+	}
+	// CheckTable reports a mapped column the table lacks, with the mapping
+	// and the table's columns.
+	if err := store.CheckTable(context.Background()); err != nil {
+		panic(err)
+	}
+}

@@ -35,7 +35,7 @@ func (s *Store) MissingIndexes(ctx context.Context) ([]outbox.TableProblem, erro
 		}
 		out = append(out, outbox.TableProblem{
 			Problem: fmt.Sprintf("index %s is missing: %s", ix.name, ix.without),
-			Fix:     fmt.Sprintf("CREATE INDEX %s ON %s %s", s.table.index(ix.suffix), quoteIdent(s.table.name), ix.def),
+			Fix:     s.sql(fmt.Sprintf("CREATE INDEX %s ON %s %s", s.table.index(ix.suffix), quoteIdent(s.table.name), ix.def)),
 		})
 	}
 	return out, nil

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"text/template"
+
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 //go:embed migrations/*.up.sql
@@ -36,6 +38,9 @@ var optionalColumns = []struct{ name, typ string }{
 // when the table does not exist; the later ones are idempotent and run every
 // time.
 func (s *Store) Migrate(ctx context.Context) error {
+	if len(s.mapping) > 0 {
+		return fmt.Errorf("sqlitestore: migrate %s: %w (the table is the team's own)", s.table.raw, sqlcore.ErrMapped)
+	}
 	steps, err := s.migrations()
 	if err != nil {
 		return fmt.Errorf("sqlitestore: migrate: %w", err)

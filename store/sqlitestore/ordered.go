@@ -91,7 +91,7 @@ func (s *Store) orderedClaimSQL(cols columns, p outbox.ClaimParams, sel []string
 
 // claimOrdered runs the steps of an ordered claim in tx (see the top of this
 // file), reading rows with read.
-func claimOrdered(ctx context.Context, tx *sql.Tx, ord *orderedSQL, p outbox.ClaimParams, now time.Time,
+func (s *Store) claimOrdered(ctx context.Context, tx *sql.Tx, ord *orderedSQL, p outbox.ClaimParams, now time.Time,
 	read func(query string, args ...any) (int, error)) error {
 	leaseEnd, at := formatTime(now.Add(p.Lease)), formatTime(now)
 	n, err := read(ord.walk, leaseEnd, at, p.Limit)
@@ -101,7 +101,7 @@ func claimOrdered(ctx context.Context, tx *sql.Tx, ord *orderedSQL, p outbox.Cla
 	// The n rows just leased were due and inside the window: more than the
 	// window's rows were due when a row is due at offset window - n now.
 	var id int64
-	switch err := tx.QueryRowContext(ctx, ord.beyond, nil, at, orderedWindow(p.Limit)-n).Scan(&id); {
+	switch err := tx.QueryRowContext(ctx, s.sql(ord.beyond), nil, at, orderedWindow(p.Limit)-n).Scan(&id); {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil // the whole backlog fitted in the window: the walk saw every row
 	case err != nil:

@@ -109,7 +109,7 @@ func (s *Store) claimRuns(ctx context.Context, tx *sql.Tx, st claimStatements, p
 	// The n rows just leased are no longer due: the candidates filled the
 	// limit when limit - n rows are still due.
 	var one int
-	switch err := tx.QueryRowContext(ctx, st.more, nil, at, p.Limit-n-1).Scan(&one); {
+	switch err := tx.QueryRowContext(ctx, s.sql(st.more), nil, at, p.Limit-n-1).Scan(&one); {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil // every due row was a candidate
 	case err != nil:
@@ -118,7 +118,7 @@ func (s *Store) claimRuns(ctx context.Context, tx *sql.Tx, st claimStatements, p
 	heads := p
 	heads.Limit = p.Limit - n
 	if st.ord != nil {
-		return claimOrdered(ctx, tx, st.ord, heads, now, read)
+		return s.claimOrdered(ctx, tx, st.ord, heads, now, read)
 	}
 	_, err = read(st.claim, leaseEnd, at, heads.Limit)
 	return err

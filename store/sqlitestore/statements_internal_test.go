@@ -27,7 +27,7 @@ func dumpStatements(t *testing.T, s *Store, db *sql.DB) string {
 	maps.Copy(stmts, s.statements(cols))
 	var b strings.Builder
 	for _, name := range slices.Sorted(maps.Keys(stmts)) {
-		fmt.Fprintf(&b, "-- %s\n%s\n\n", name, stmts[name])
+		fmt.Fprintf(&b, "-- %s\n%s\n\n", name, s.sql(stmts[name]))
 	}
 	return b.String()
 }
@@ -52,4 +52,23 @@ func TestStatementsGolden(t *testing.T) {
 	t.Parallel()
 	s, db := orderedStore(t)
 	checkGolden(t, "statements.golden", dumpStatements(t, s, db))
+}
+
+// TestStatementsGoldenMapped checks every statement a Store with
+// WithColumns(RenamedColumns()) builds, on a table renamed so, against
+// statements_mapped.golden: those of statements.golden with the table's
+// quoted columns.
+func TestStatementsGoldenMapped(t *testing.T) {
+	t.Parallel()
+	_, db := orderedStore(t)
+	cols := RenamedColumns()
+	for c, to := range cols {
+		if c != to {
+			_, err := db.ExecContext(t.Context(), fmt.Sprintf("ALTER TABLE outbox_message RENAME COLUMN %s TO %s", c, to))
+			require.NoError(t, err)
+		}
+	}
+	s, err := New(db, WithColumns(cols))
+	require.NoError(t, err)
+	checkGolden(t, "statements_mapped.golden", dumpStatements(t, s, db))
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/colmap"
 	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
@@ -47,6 +48,9 @@ type Store struct {
 	gate  gate          // shared by every Store on db
 	chunk int           // messages per statement
 	core  *sqlcore.Core // what it does as mysqlstore does, in SQLite's dialect
+	// columns maps the contract's columns to the table's (WithColumns); nil
+	// when the table has the contract's names.
+	mapping colmap.Map
 
 	mu   sync.Mutex
 	cols *columns // detected once; nil until then, reset by Migrate
@@ -57,7 +61,8 @@ type Option func(*config)
 
 type config struct {
 	table     string
-	chunkRows int // messages per Ack, Reschedule, Kill or INSERT statement
+	chunkRows int        // messages per Ack, Reschedule, Kill or INSERT statement
+	columns   colmap.Map // WithColumns; nil for the contract's names
 }
 
 func defaultConfig() config {
@@ -95,10 +100,14 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if cfg.chunkRows < 1 {
 		return nil, fmt.Errorf("sqlitestore: new store: chunk of %d rows", cfg.chunkRows)
 	}
-	s := &Store{db: db, table: t, gate: gateFor(db), chunk: cfg.chunkRows}
+	if err := errors.Join(sqlcore.CheckColumns(cfg.columns)...); err != nil {
+		return nil, fmt.Errorf("sqlitestore: new store: %w", err)
+	}
+	s := &Store{db: db, table: t, gate: gateFor(db), chunk: cfg.chunkRows, mapping: cfg.columns}
 	s.core = &sqlcore.Core{
 		D: dialect, DB: db, Table: t.quoted(), Chunk: cfg.chunkRows,
 		Columns: s.coreColumns, Write: s.write,
+		Map: colmap.NewRewriter(cfg.columns, colmap.SQLite),
 	}
 	return s, nil
 }
@@ -176,10 +185,14 @@ func (s *Store) columns(ctx context.Context, q queryer) (columns, error) {
 	if cached != nil {
 		return *cached, nil
 	}
-	names, err := tableColumns(ctx, q, s.table)
+	defs, err := declaredColumns(ctx, q, s.table)
 	if err != nil {
 		return columns{}, err
 	}
+	if defs, err = sqlcore.ContractDefs(s.mapping, s.table.raw, defs); err != nil {
+		return columns{}, err
+	}
+	names := sqlcore.Names(defs)
 	c := columns{}
 	if c.Columns, err = sqlcore.ReadColumns(names, s.table.raw, ErrNoTable); err != nil {
 		return columns{}, err

@@ -1,6 +1,7 @@
 package sqlcore
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -64,4 +65,17 @@ func ContractName(m colmap.Map, col string) string {
 		}
 	}
 	return ""
+}
+
+// ErrMapped is returned by the methods a table mapped by a store's
+// WithColumns does not support (Migrate).
+var ErrMapped = errors.New("not available on a table mapped by WithColumns")
+
+// Column returns the table's name of contract column c under mapping m: c
+// itself where m does not name it.
+func Column(m colmap.Map, c string) string {
+	if v, ok := m.Column(c); ok {
+		return v
+	}
+	return c
 }
