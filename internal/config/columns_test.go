@@ -53,7 +53,7 @@ func TestValidateColumns(t *testing.T) {
 		}, nil},
 		{"PollingSQLite", func(c *Config) {
 			c.Source, c.Columns, c.DB = SourcePolling, kept(), NewSecret("sqlite:///tmp/x.db")
-		}, []string{"columns: applies to postgres:// and mysql:// only, not sqlite://"}},
+		}, nil},
 		{"BatchLeaseKeptState", func(c *Config) { c.Columns = kept(); c.BatchLease = true },
 			[]string{"batch_lease: not available with a columns: mapping yet"}},
 		{"HeldClaimsKeptState", func(c *Config) { c.Source, c.Columns, c.HeldClaims, c.Ordering = SourcePolling, kept(), true, false }, nil},

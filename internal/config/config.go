@@ -243,11 +243,11 @@ type Config struct {
 	// none; without them (created_at alone may be mapped) the table is
 	// log-only: read from the log, never written, dead messages go to
 	// CDCDeadTable (source cdc only). File only (a map). A mapping that
-	// keeps the state columns is also polled (pgstore.WithColumns), with
-	// source polling or as the fallback of source cdc, on PostgreSQL only:
-	// the MySQL/MariaDB and SQLite stores read the contract's names; with it
-	// batch_lease and notify_trigger are refused (not available yet). A mapped column the table lacks stops the start with the mapping
-	// and the table's columns. The scheduled archive is off for a log-only
+	// keeps the state columns is also polled (the stores' WithColumns), with
+	// source polling on PostgreSQL, MySQL/MariaDB and SQLite, or as the
+	// fallback of source cdc; with it batch_lease and notify_trigger are
+	// refused (not available yet). A mapped column the table lacks stops
+	// the start with the mapping and the table's columns. The scheduled archive is off for a log-only
 	// table. Default: none.
 	Columns map[string]string `yaml:"columns,omitempty"`
 	// CDCDeadTable is the table, in the contract's own layout, where the

@@ -112,13 +112,9 @@ func (c *Config) validateCDC(p *problems) {
 }
 
 // validateColumns checks the columns mapping and what it needs: polling
-// (source polling, or the fallback of source cdc) on PostgreSQL only and
-// with the state columns mapped, none of the pgstore switches that do not
-// take a mapping yet, and rows kept when it keeps the state columns.
-// mappedSchemes are the databases whose polling store takes a columns:
-// mapping.
-var mappedSchemes = map[string]bool{"postgres": true, "postgresql": true, "mysql": true}
-
+// (source polling, or the fallback of source cdc) with the state columns
+// mapped, none of the pgstore switches that do not take a mapping yet, and
+// rows kept when it keeps the state columns.
 func (c *Config) validateColumns(p *problems) {
 	if len(c.Columns) == 0 {
 		if c.CDCDeadTable != "" {
@@ -130,9 +126,6 @@ func (c *Config) validateColumns(p *problems) {
 		for _, e := range strings.Split(err.Error(), "\n") {
 			p.add("columns", "%s", e)
 		}
-	}
-	if s := c.DB.Scheme(); c.Source != SourceCDC && s != "" && !mappedSchemes[s] {
-		p.add("columns", "applies to postgres:// and mysql:// only, not %s://: that store reads the table contract's column names only", s)
 	}
 	if c.Source != SourceCDC && c.LogOnly() {
 		p.add("columns", "a log-only mapping (no state columns) needs source: cdc; polling settles rows in the table")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,11 +12,12 @@ import (
 
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/sqlitestore"
 )
 
 // TestRunRenamedColumnsPollingSQL runs the daemon with source polling on a
-// MariaDB table whose columns all have other names, written to by plain
-// SQL: the rows written before the start and after it are sent and marked
+// MariaDB and on a SQLite table whose columns all have other names, written
+// to by plain SQL: the rows written before the start and after it are sent and marked
 // sent in the renamed status column.
 func TestRunRenamedColumnsPollingSQL(t *testing.T) {
 	t.Parallel()
@@ -32,6 +34,17 @@ func TestRunRenamedColumnsPollingSQL(t *testing.T) {
     entity VARCHAR(255) NOT NULL, name VARCHAR(255) NOT NULL, body JSON NOT NULL, state SMALLINT NOT NULL DEFAULT 0,
     tries INT NOT NULL DEFAULT 0, due_at DATETIME(6) NULL, written_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
     changed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), KEY events_due (state, due_at))`},
+		{"SQLite", func(t *testing.T) (*sql.DB, config.Secret) {
+			path := filepath.Join(t.TempDir(), "events.db")
+			db, err := sqlitestore.Open(path)
+			require.NoError(t, err)
+			t.Cleanup(func() { db.Close() })
+			return db, config.NewSecret("sqlite://" + path)
+		}, `CREATE TABLE events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE, kind TEXT NOT NULL, entity TEXT NOT NULL,
+    name TEXT NOT NULL, body TEXT NOT NULL, state INTEGER NOT NULL DEFAULT 0, tries INTEGER NOT NULL DEFAULT 0,
+    due_at TEXT, written_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    changed_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

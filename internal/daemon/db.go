@@ -140,10 +140,6 @@ func OpenDB(ctx context.Context, dsn config.Secret, p DBParams) (*DB, error) {
 	if !ok {
 		return nil, fmt.Errorf("open database: unknown scheme %q; want %s", scheme, schemes(dbOpeners))
 	}
-	if mapped := scheme == "postgres" || scheme == "postgresql" || scheme == "mysql"; !mapped && len(p.Columns) > 0 && !colmap.Map(p.Columns).LogOnly() {
-		// config.Validate refuses this first, as below.
-		return nil, fmt.Errorf("open database: a columns: mapping is polled on postgres:// and mysql:// only, not %s://", scheme)
-	}
 	if pg := scheme == "postgres" || scheme == "postgresql"; !pg && (p.Notify || p.NotifyTrigger || p.BatchLease || p.AsyncCommit || p.HeldClaims) {
 		// config.Validate refuses these first; this catches a caller that
 		// skipped it, rather than running without what it asked for.
@@ -282,7 +278,11 @@ func openSQLite(_ context.Context, dsn string, p DBParams) (*DB, error) {
 	}
 	db.SetMaxOpenConns(p.MaxConns)
 	db.SetMaxIdleConns(p.MaxConns)
-	s, err := sqlitestore.New(db, sqlitestore.WithTable(p.Table))
+	opts := []sqlitestore.Option{sqlitestore.WithTable(p.Table)}
+	if len(p.Columns) > 0 {
+		opts = append(opts, sqlitestore.WithColumns(p.Columns))
+	}
+	s, err := sqlitestore.New(db, opts...)
 	if err != nil {
 		db.Close()
 		return nil, err
