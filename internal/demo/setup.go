@@ -271,11 +271,12 @@ func (r *runner) newRelay(ctx context.Context, p *path) error {
 // front of the path's store.
 func (r *runner) newCDC(ctx context.Context, p *path, pool *pgxpool.Pool) error {
 	slot, pub := pgcdc.SlotName(p.t.outbox), pgcdc.PublicationName(p.t.outbox)
+	var res pgcdc.SetupResult // cleaned up also when Setup made only part of it
+	r.onCleanup(func(ctx context.Context) error { return dropCDC(ctx, r.cfg.DB, slot, pub, res.CreatedMarkTable) })
 	res, err := pgcdc.Setup(ctx, pool, p.t.outbox, slot, pub)
 	if err != nil {
 		return fmt.Errorf("cdc: %w", err)
 	}
-	r.onCleanup(func(ctx context.Context) error { return dropCDC(ctx, r.cfg.DB, slot, pub, res.CreatedMarkTable) })
 	src, err := pgcdc.New(pool, r.cfg.DB, pgcdc.WithTable(p.t.outbox), pgcdc.WithSlot(slot), pgcdc.WithPublication(pub),
 		pgcdc.WithFallback(p.store), pgcdc.WithLogger(r.cfg.Logger))
 	if err != nil {
