@@ -5,13 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/internal/testsvc"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -32,26 +32,13 @@ func dumpStatements(t *testing.T, s *Store, db *sql.DB) string {
 	return b.String()
 }
 
-// checkGolden compares got with testdata/file (go test -update writes it).
-func checkGolden(t *testing.T, file, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", file)
-	if *updateGolden {
-		require.NoError(t, os.MkdirAll("testdata", 0o755))
-		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "go test -run TestStatementsGolden -update writes it")
-	require.Equal(t, string(want), got)
-}
-
 // TestStatementsGolden checks every statement a Store without a mapping
 // builds against statements.golden, written before WithColumns came: byte
 // for byte what the Store ran before.
 func TestStatementsGolden(t *testing.T) {
 	t.Parallel()
 	s, db := orderedStore(t)
-	checkGolden(t, "statements.golden", dumpStatements(t, s, db))
+	testsvc.Golden(t, "statements.golden", dumpStatements(t, s, db), *updateGolden)
 }
 
 // TestStatementsGoldenMapped checks every statement a Store with
@@ -70,5 +57,5 @@ func TestStatementsGoldenMapped(t *testing.T) {
 	}
 	s, err := New(db, WithColumns(cols))
 	require.NoError(t, err)
-	checkGolden(t, "statements_mapped.golden", dumpStatements(t, s, db))
+	testsvc.Golden(t, "statements_mapped.golden", dumpStatements(t, s, db), *updateGolden)
 }

@@ -3,14 +3,13 @@ package pgstore
 import (
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/internal/colmap"
+	"github.com/outboxkit/outbox/internal/testsvc"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -110,15 +109,7 @@ func TestStatementsGolden(t *testing.T) {
 		{"statements_mapped.golden", colmap.NewRewriter(goldenMapping, colmap.PostgreSQL)},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			got := statementDump(t, goldenColumns, tc.m)
-			path := filepath.Join("testdata", tc.file)
-			if *updateGolden {
-				require.NoError(t, os.MkdirAll("testdata", 0o755))
-				require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
-			}
-			want, err := os.ReadFile(path)
-			require.NoError(t, err, "go test -run TestStatementsGolden -update writes it")
-			require.Equal(t, string(want), got)
+			testsvc.Golden(t, tc.file, statementDump(t, goldenColumns, tc.m), *updateGolden)
 		})
 	}
 }
