@@ -88,6 +88,7 @@ func (b *broker) Publish(t *testing.T, msgs ...*outbox.Message) {
 		for k, v := range m.StandardHeaders() {
 			hdr.Set(k, v)
 		}
+		hdr.Set(natspub.HeaderContentType, m.MediaType()) // as natspub sends it: the check wants it on every copy
 		_, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: b.pub.Subject(m), Header: hdr, Data: m.Payload})
 		require.NoError(t, err)
 	}
