@@ -9,28 +9,6 @@ import (
 	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
-// ListDead returns the dead rows f matches in id order, at most f.Limit
-// (default 100, capped at 10,000), without the payloads over f.MaxPayload.
-// Rows that cannot be decoded are listed with what could be read. It only
-// reads.
-func (s *Store) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.DeadMessage, error) {
-	return s.core.ListDead(ctx, f)
-}
-
-// RetryDead makes the dead rows f matches pending again with a fresh attempt
-// count (retry_count 0, next_retry_at NULL; last_error is kept until the
-// next attempt) and returns how many it changed. It works in statements of
-// 1,000 rows, each its own transaction; f.Limit does not apply.
-func (s *Store) RetryDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
-	return s.core.RetryDead(ctx, f)
-}
-
-// DiscardDead deletes the dead rows f matches and returns how many. It works
-// in statements of 1,000 rows, each its own transaction; f.Limit does not apply.
-func (s *Store) DiscardDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
-	return s.core.DiscardDead(ctx, f)
-}
-
 // ArchiveTable returns the name of the table [Store.Archive] moves sent rows
 // into: the table's name with "_archive" appended (shortened with a hash
 // when longer than MySQL's 64 characters), in the same database.

@@ -29,23 +29,3 @@ func (s *Store) Ack(ctx context.Context, p outbox.AckParams) (int, error) {
 	}
 	return s.core.Ack(ctx, p, func(ms []*outbox.Message, del bool) (string, []any) { return s.ackSQL(info, del, ms) })
 }
-
-// CountRows returns how many rows with these ids the table holds, whatever
-// their status; part of [outbox.RowCounter].
-func (s *Store) CountRows(ctx context.Context, rowIDs []int64) (int, error) {
-	return s.core.CountRows(ctx, rowIDs)
-}
-
-// Reschedule makes the messages due again at their Retry.At (stored in UTC)
-// and records Retry.Err in last_error (when the table has it), fenced like
-// Ack. With p.Refund the claim's attempt is given back (retry_count - 1). On
-// a DATETIME column without fractional seconds the time keeps its seconds.
-func (s *Store) Reschedule(ctx context.Context, p outbox.RescheduleParams) error {
-	return s.core.Reschedule(ctx, p, s.rescheduleSQL)
-}
-
-// Kill marks the messages dead (status 2) and records each Reason in
-// last_error (when the table has it), fenced like Ack.
-func (s *Store) Kill(ctx context.Context, p outbox.KillParams) error {
-	return s.core.Kill(ctx, p, s.killSQL)
-}

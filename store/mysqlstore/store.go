@@ -47,13 +47,22 @@ var ErrNoTable = errors.New("mysqlstore: outbox table not found")
 // It claims in a short READ COMMITTED transaction (SELECT ... FOR UPDATE SKIP
 // LOCKED, then one UPDATE that counts the attempt and sets the lease), and
 // acknowledges, reschedules and kills a batch with one statement per 1,000
-// messages, fenced by the attempt. It works on a table created by
-// [Store.Migrate] and on one with only the contract columns; it finds out
-// which columns and indexes the table has on first use and remembers it.
+// messages, fenced by the attempt (times are stored in UTC; on a DATETIME
+// column without fractional seconds a retry time keeps its seconds). It
+// works on a table created by [Store.Migrate] and on one with only the
+// contract columns; it finds out which columns and indexes the table has on
+// first use and remembers it.
 //
 // A Store is safe for concurrent use, and any number of Stores, in one
 // process or many, may share a table.
 type Store struct {
+	// Shared has the methods the Store shares with the other
+	// database/sql store, as their interfaces document them: Reschedule
+	// and Kill of [outbox.Store], ListDead, RetryDead and DiscardDead of
+	// [outbox.Admin] (in statements of 1,000 rows), CountRows of
+	// [outbox.RowCounter] and Ping of [outbox.Pinger].
+	sqlcore.Shared
+
 	db    *sql.DB
 	table table
 	chunk int           // messages per statement
@@ -104,13 +113,7 @@ func withChunkRows(n int) Option { return func(c *config) { c.chunkRows = n } }
 // an existing one. It returns an error naming every invalid option, and
 // panics if db is nil, a programmer error.
 func New(db *sql.DB, opts ...Option) (*Store, error) {
-	if db == nil {
-		panic("mysqlstore: New with a nil *sql.DB")
-	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := sqlcore.Options("mysqlstore", db, defaultConfig(), opts)
 	var errs []error
 	t, err := parseTable(cfg.table)
 	if err != nil {
@@ -127,17 +130,16 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	s.core = &sqlcore.Core{
 		D: dialect, DB: db, Table: t.quoted(), Chunk: cfg.chunkRows,
 		Columns: s.coreColumns, Write: retryDeadlock,
-		TxOptions: &sql.TxOptions{Isolation: sql.LevelReadCommitted},
-		Map:       colmap.NewRewriter(cfg.columns, colmap.MySQL),
+		TxOptions:     &sql.TxOptions{Isolation: sql.LevelReadCommitted},
+		RescheduleSQL: s.rescheduleSQL, KillSQL: s.killSQL,
+		Map: colmap.NewRewriter(cfg.columns, colmap.MySQL),
 	}
+	s.Shared = s.core.Shared()
 	return s, nil
 }
 
 // Table returns the name of the outbox table as given to [WithTable].
 func (s *Store) Table() string { return s.table.raw }
-
-// Ping checks that the database can be reached.
-func (s *Store) Ping(ctx context.Context) error { return s.core.Ping(ctx) }
 
 // table is a validated table name, kept raw and split.
 type table struct {

@@ -23,22 +23,3 @@ const MaxErrorLength = sqlcore.MaxErrorLength
 func (s *Store) Ack(ctx context.Context, p outbox.AckParams) (int, error) {
 	return s.core.Ack(ctx, p, s.ackSQL)
 }
-
-// CountRows returns how many rows with these ids the table holds, whatever
-// their status; part of [outbox.RowCounter].
-func (s *Store) CountRows(ctx context.Context, rowIDs []int64) (int, error) {
-	return s.core.CountRows(ctx, rowIDs)
-}
-
-// Reschedule makes the messages due again at their Retry.At and records
-// Retry.Err in last_error (when the table has it), fenced like Ack. With
-// p.Refund the claim's attempt is given back (retry_count - 1).
-func (s *Store) Reschedule(ctx context.Context, p outbox.RescheduleParams) error {
-	return s.core.Reschedule(ctx, p, s.rescheduleSQL)
-}
-
-// Kill marks the messages dead (status 2) and records each Reason in
-// last_error (when the table has it), fenced like Ack.
-func (s *Store) Kill(ctx context.Context, p outbox.KillParams) error {
-	return s.core.Kill(ctx, p, s.killSQL)
-}

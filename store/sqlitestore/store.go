@@ -43,6 +43,13 @@ var (
 // busy_timeout, and a write that still finds the database busy is tried up
 // to three more times.
 type Store struct {
+	// Shared has the methods the Store shares with the other
+	// database/sql store, as their interfaces document them: Reschedule
+	// and Kill of [outbox.Store], ListDead, RetryDead and DiscardDead of
+	// [outbox.Admin] (in statements of 1,000 rows), CountRows of
+	// [outbox.RowCounter] and Ping of [outbox.Pinger].
+	sqlcore.Shared
+
 	db    *sql.DB
 	table table
 	gate  gate          // shared by every Store on db
@@ -86,13 +93,7 @@ func WithTable(name string) Option { return func(c *config) { c.table = name } }
 // an existing one. It returns an error naming every invalid option, and
 // panics if db is nil, a programmer error.
 func New(db *sql.DB, opts ...Option) (*Store, error) {
-	if db == nil {
-		panic("sqlitestore: New with a nil *sql.DB")
-	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := sqlcore.Options("sqlitestore", db, defaultConfig(), opts)
 	t, err := parseTable(cfg.table)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: new store: WithTable: %w", err)
@@ -107,16 +108,15 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	s.core = &sqlcore.Core{
 		D: dialect, DB: db, Table: t.quoted(), Chunk: cfg.chunkRows,
 		Columns: s.coreColumns, Write: s.write,
+		RescheduleSQL: s.rescheduleSQL, KillSQL: s.killSQL,
 		Map: colmap.NewRewriter(cfg.columns, colmap.SQLite),
 	}
+	s.Shared = s.core.Shared()
 	return s, nil
 }
 
 // Table returns the name of the outbox table as given to [WithTable].
 func (s *Store) Table() string { return s.table.raw }
-
-// Ping checks that the database can be reached.
-func (s *Store) Ping(ctx context.Context) error { return s.core.Ping(ctx) }
 
 // table is a validated table name, kept raw and split.
 type table struct {

@@ -18,8 +18,8 @@ import (
 // Core is what the stores do alike on their table, through the dialect:
 // inserting, acknowledging, rescheduling and killing in chunks of
 // statements, counting rows, the dead-letter admin and moving archived
-// rows. A store builds one in its constructor and calls it from its own
-// methods, which carry the documentation.
+// rows. A store builds one in its constructor, calls it from its own
+// methods and embeds its Shared methods.
 type Core struct {
 	D     *Dialect
 	DB    *sql.DB
@@ -36,6 +36,10 @@ type Core struct {
 	// Map rewrites every statement for a table whose columns have other
 	// names; nil runs them as they are.
 	Map *colmap.Rewriter
+	// RescheduleSQL and KillSQL build the store's statements of n
+	// messages (see Reschedule and Kill), for Shared.
+	RescheduleSQL func(cols Columns, refund bool, n int) string
+	KillSQL       func(cols Columns, n int) string
 }
 
 const (
