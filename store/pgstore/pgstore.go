@@ -54,12 +54,12 @@ type Store struct {
 	channel string // NOTIFY channel, "" when notifications are off
 	// nextNotify is when (Unix ns) the next write may notify, with WithNotifyInterval.
 	nextNotify atomic.Int64
-	// heldIdle is set when the last held claim found nothing (held.go).
+	// heldIdle is set when the last held claim found nothing (claim_held.go).
 	heldIdle atomic.Bool
 	// claimCursor is where the next unordered claim starts (store.go).
 	claimCursor claimCursor
 	// noBatchLeases is set once a Store without WithBatchLease has made sure
-	// that no relay batch-leases the table (batchlease.go).
+	// that no relay batch-leases the table (claim_batchlease.go).
 	noBatchLeases atomic.Bool
 
 	mu      sync.Mutex
@@ -80,8 +80,8 @@ type config struct {
 	notifyTrigger bool          // Migrate installs a NOTIFY trigger; Listen listens (notifytrigger.go)
 	notifyEvery   time.Duration // at most one notifying write per this long; 0: every write
 	asyncCommit   bool          // the relay's statements commit with synchronous_commit = off
-	batchLease    bool          // claims lease a batch with one row of a side table (batchlease.go)
-	heldClaims    bool          // claims hold their rows in a transaction until settled (held.go)
+	batchLease    bool          // claims lease a batch with one row of a side table (claim_batchlease.go)
+	heldClaims    bool          // claims hold their rows in a transaction until settled (claim_held.go)
 	rescanEvery   time.Duration // claimCursor's; 0: rescanEvery (tests set it)
 	listenCheck   time.Duration // Listen checks its connection after this long without a notification
 	headsOnly     bool          // ordered claims take heads only, not runs (tests of the heads claim set it)
