@@ -54,13 +54,10 @@ type Store struct {
 	channel string // NOTIFY channel, "" when notifications are off
 	// nextNotify is when (Unix ns) the next write may notify, with WithNotifyInterval.
 	nextNotify atomic.Int64
-	// heldIdle is set when the last held claim found nothing (claim_held.go).
-	heldIdle atomic.Bool
+	// claimer is the way the Store claims, chosen by New (claim_*.go).
+	claimer claimer
 	// claimCursor is where the next unordered claim starts (store.go).
 	claimCursor claimCursor
-	// noBatchLeases is set once a Store without WithBatchLease has made sure
-	// that no relay batch-leases the table (claim_batchlease.go).
-	noBatchLeases atomic.Bool
 
 	mu      sync.Mutex
 	q       *queries      // built from the table's columns on first use
@@ -241,8 +238,19 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: new store: %w", err)
 	}
 	s := &Store{pool: pool, cfg: cfg, ident: pgx.Identifier(parts).Sanitize(), m: colmap.NewRewriter(cfg.columns, colmap.PostgreSQL)}
-	s.heldIdle.Store(true) // a relay starts as an idle one: its first held claim asks first
 	s.claimCursor.every = cmp.Or(cfg.rescanEvery, rescanEvery)
+	rows := &rowLeaseClaimer{s: s, ordered: s.claimRuns}
+	if cfg.headsOnly {
+		rows.ordered = s.claimHeads
+	}
+	switch {
+	case cfg.batchLease:
+		s.claimer = batchLeaseClaimer{s}
+	case cfg.heldClaims:
+		s.claimer = &heldClaimer{rowLeaseClaimer: rows}
+	default:
+		s.claimer = rows
+	}
 	if cfg.notify || cfg.notifyTrigger {
 		s.channel = channelName(cfg.table)
 	}
