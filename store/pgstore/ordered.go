@@ -290,14 +290,14 @@ func (s *Store) claimHeads(ctx context.Context, q *queries, p outbox.ClaimParams
 	if err := s.claimRows(ctx, claim, q, oq.walk, []any{&beyond}, mp, p.Limit, lease, orderedWindow(p.Limit)); err != nil {
 		return nil, err
 	}
-	if n := claimed(claim); n < p.Limit && beyond {
+	if n := claimSize(claim); n < p.Limit && beyond {
 		from := &outbox.Claim{}
 		var visitedFrom, visitedUpTo pgtype.Int8
 		if err := s.claimRows(ctx, from, q, oq.headsFrom, []any{&visitedFrom}, mp, p.Limit-n, lease, cur.aggType, cur.aggID); err != nil {
 			return nil, err
 		}
 		upTo := &outbox.Claim{}
-		if m := claimed(from); n+m < p.Limit && cur.set {
+		if m := claimSize(from); n+m < p.Limit && cur.set {
 			if err := s.claimRows(ctx, upTo, q, oq.headsUpTo, []any{&visitedUpTo}, mp, p.Limit-n-m, lease,
 				cur.aggType, cur.aggID); err != nil {
 				return nil, err
@@ -313,7 +313,7 @@ func (s *Store) claimHeads(ctx context.Context, q *queries, p outbox.ClaimParams
 		// The round robin goes on after the last aggregate the skip scan
 		// claimed from, in its last pass.
 		last := upTo
-		if claimed(upTo) == 0 {
+		if claimSize(upTo) == 0 {
 			last = from
 		}
 		if next, ok := lastAggregate(last); ok {
@@ -342,7 +342,7 @@ func (s *Store) claimOrderedByStatus(ctx context.Context, q *queries, oq ordered
 	if err := s.claimRows(ctx, claim, q, oq.byStatus, []any{&beyond}, mp, p.Limit, lease, orderedWindow(p.Limit)); err != nil {
 		return nil, err
 	}
-	if n := claimed(claim); n < p.Limit && beyond {
+	if n := claimSize(claim); n < p.Limit && beyond {
 		if err := s.claimRows(ctx, claim, q, oq.byStatus, []any{&beyond}, mp, p.Limit-n, lease, int64(math.MaxInt64)); err != nil {
 			return nil, err
 		}
@@ -362,8 +362,6 @@ func (s *Store) setAggregates(st *orderedState, policy int, visited pgtype.Int8)
 	}
 }
 
-func claimed(c *outbox.Claim) int { return len(c.Messages) + len(c.Malformed) }
-
 // lastAggregate returns the greatest aggregate of a claim in byte order (the
 // head index's "C" collation), as the next cursor.
 func lastAggregate(c *outbox.Claim) (orderedCursor, bool) {
@@ -382,20 +380,6 @@ func lastAggregate(c *outbox.Claim) (orderedCursor, bool) {
 	return cur, cur.set
 }
 
-// claimInto runs a claim statement and adds its rows to claim. With
-// withBeyond, every result row ends with a boolean (the walk's "beyond"),
-// and a row whose id is NULL carries only that flag; claimInto returns it.
-func (s *Store) claimInto(ctx context.Context, claim *outbox.Claim, q *queries, sql string, withBeyond bool,
-	maxPayload int32, args ...any) (bool, error) {
-	var beyond bool
-	var flags []any
-	if withBeyond {
-		flags = []any{&beyond}
-	}
-	err := s.claimRows(ctx, claim, q, sql, flags, maxPayload, args...)
-	return beyond, err
-}
-
 // claimRows runs a claim statement with args and then maxPayload, its last
 // parameter (see payloadColumn), and adds its rows to claim. With flags,
 // every result row ends with those columns, scanned into flags (the same in
@@ -403,36 +387,10 @@ func (s *Store) claimInto(ctx context.Context, claim *outbox.Claim, q *queries, 
 func (s *Store) claimRows(ctx context.Context, claim *outbox.Claim, q *queries, sql string, flags []any,
 	maxPayload int32, args ...any) error {
 	rows, err := s.pool.Query(ctx, s.m.SQL(sql), append(args, maxPayload)...)
+	if err == nil {
+		err = scanClaimRows(rows, q, maxPayload, claim, flags...)
+	}
 	if err != nil {
-		return fmt.Errorf("pgstore: claim: %w", err)
-	}
-	defer rows.Close()
-	var r claimedRow
-	dest := r.dest(q, maxPayload)
-	var id pgtype.Int8
-	var attempt pgtype.Int4
-	if len(flags) > 0 { // the flag row has NULL in every claimed column
-		dest[0], dest[1] = &id, &attempt
-		dest = append(dest, flags...)
-	}
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
-			return fmt.Errorf("pgstore: claim: read row: %w", err)
-		}
-		if len(flags) > 0 {
-			if !id.Valid {
-				continue // no row claimed: only the flags
-			}
-			r.id, r.attempt = id.Int64, attempt.Int32
-		}
-		m, err := r.message()
-		if err != nil {
-			claim.Malformed = append(claim.Malformed, outbox.MalformedRow{Message: m, Err: err})
-			continue
-		}
-		claim.Messages = append(claim.Messages, m)
-	}
-	if err := rows.Err(); err != nil {
 		return fmt.Errorf("pgstore: claim: %w", err)
 	}
 	return nil

@@ -54,13 +54,10 @@ type Store struct {
 	channel string // NOTIFY channel, "" when notifications are off
 	// nextNotify is when (Unix ns) the next write may notify, with WithNotifyInterval.
 	nextNotify atomic.Int64
-	// heldIdle is set when the last held claim found nothing (held.go).
-	heldIdle atomic.Bool
+	// claimer is the way the Store claims, chosen by New (claim_*.go).
+	claimer claimer
 	// claimCursor is where the next unordered claim starts (store.go).
 	claimCursor claimCursor
-	// noBatchLeases is set once a Store without WithBatchLease has made sure
-	// that no relay batch-leases the table (batchlease.go).
-	noBatchLeases atomic.Bool
 
 	mu      sync.Mutex
 	q       *queries      // built from the table's columns on first use
@@ -80,8 +77,8 @@ type config struct {
 	notifyTrigger bool          // Migrate installs a NOTIFY trigger; Listen listens (notifytrigger.go)
 	notifyEvery   time.Duration // at most one notifying write per this long; 0: every write
 	asyncCommit   bool          // the relay's statements commit with synchronous_commit = off
-	batchLease    bool          // claims lease a batch with one row of a side table (batchlease.go)
-	heldClaims    bool          // claims hold their rows in a transaction until settled (held.go)
+	batchLease    bool          // claims lease a batch with one row of a side table (claim_batchlease.go)
+	heldClaims    bool          // claims hold their rows in a transaction until settled (claim_held.go)
 	rescanEvery   time.Duration // claimCursor's; 0: rescanEvery (tests set it)
 	listenCheck   time.Duration // Listen checks its connection after this long without a notification
 	headsOnly     bool          // ordered claims take heads only, not runs (tests of the heads claim set it)
@@ -241,8 +238,19 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: new store: %w", err)
 	}
 	s := &Store{pool: pool, cfg: cfg, ident: pgx.Identifier(parts).Sanitize(), m: colmap.NewRewriter(cfg.columns, colmap.PostgreSQL)}
-	s.heldIdle.Store(true) // a relay starts as an idle one: its first held claim asks first
 	s.claimCursor.every = cmp.Or(cfg.rescanEvery, rescanEvery)
+	rows := &rowLeaseClaimer{s: s, ordered: s.claimRuns}
+	if cfg.headsOnly {
+		rows.ordered = s.claimHeads
+	}
+	switch {
+	case cfg.batchLease:
+		s.claimer = batchLeaseClaimer{s}
+	case cfg.heldClaims:
+		s.claimer = &heldClaimer{rowLeaseClaimer: rows}
+	default:
+		s.claimer = rows
+	}
 	if cfg.notify || cfg.notifyTrigger {
 		s.channel = channelName(cfg.table)
 	}

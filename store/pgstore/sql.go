@@ -22,8 +22,8 @@ type queries struct {
 
 	columnList   string        // the columns a claimedRow scans, of the table aliased o
 	dataColumns  string        // columnList without id and the attempt
-	lease        *leaseQueries // WithBatchLease's statements (batchlease.go), nil without it
-	held         *heldQueries  // WithHeldClaims's statements (held.go), nil without it
+	lease        *leaseQueries // WithBatchLease's statements (claim_batchlease.go), nil without it
+	held         *heldQueries  // WithHeldClaims's statements (claim_held.go), nil without it
 	insert       string        // $1..$12 the columns as arrays
 	insertNotify string        // insert, and NOTIFY channel $13 when the transaction commits
 	claim        [3]string     // unordered, ordered, ordered with dead rows blocking

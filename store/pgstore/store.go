@@ -75,6 +75,16 @@ FROM %s AS o WHERE o.id = ANY($1::bigint[])`, size, s.ident)), ids).Scan(&got, &
 	}
 }
 
+// claimer is one way to claim (row leases, batch leases, held claims),
+// chosen once by New from the options. claim takes rows for p, which
+// Store.claim has checked, with q, the table's statements (buildQueries
+// built the ones of the way chosen, and Ack, Reschedule and Kill run its
+// settling statements). It returns the claim sorted by id, with
+// Claim.Held set when the rows stay locked until Claim.Held.Settle.
+type claimer interface {
+	claim(ctx context.Context, q *queries, p outbox.ClaimParams) (*outbox.Claim, error)
+}
+
 func (s *Store) claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
 	if p.Limit < 1 {
 		return nil, fmt.Errorf("pgstore: claim: limit %d is less than 1", p.Limit)
@@ -86,40 +96,7 @@ func (s *Store) claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	if err != nil {
 		return nil, err
 	}
-	if q.lease != nil {
-		return s.claimLeased(ctx, q, p)
-	}
-	if err := s.checkNoBatchLeases(ctx); err != nil {
-		return nil, err
-	}
-	if q.held != nil && !p.Ordered {
-		return s.claimHeld(ctx, q, p)
-	}
-	if p.Ordered && s.cfg.headsOnly {
-		return s.claimHeads(ctx, q, p)
-	}
-	if p.Ordered {
-		return s.claimRuns(ctx, q, p)
-	}
-	ix, err := s.indexesFor(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !ix.pending { // indexes.go
-		claim := &outbox.Claim{}
-		if _, err := s.claimInto(ctx, claim, q, q.claimStatus, false, payloadLimit(p.MaxPayload),
-			p.Limit, p.Lease.Microseconds()); err != nil {
-			return nil, err
-		}
-		sortClaim(claim)
-		return claim, nil
-	}
-	return s.fromCursor(p.Limit, func(limit int, lo, hi int64) (*outbox.Claim, error) {
-		claim := &outbox.Claim{}
-		_, err := s.claimInto(ctx, claim, q, q.claim[claimUnordered], false, payloadLimit(p.MaxPayload),
-			limit, p.Lease.Microseconds(), lo, hi)
-		return claim, err
-	})
+	return s.claimer.claim(ctx, q, p)
 }
 
 // fromCursor claims up to limit rows with take, each call of which claims

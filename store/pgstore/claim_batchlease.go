@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outbox"
 )
@@ -77,37 +78,6 @@ func (s *Store) sideTable() string {
 // tableExists says whether the table named $1 (quoted, as it would be in a
 // statement) exists.
 const tableExists = "SELECT to_regclass($1) IS NOT NULL"
-
-// checkNoBatchLeases makes sure, before the first claim of a Store without
-// WithBatchLease, that no relay holds batch leases on the table: such a
-// relay's claimed rows look pending to every other kind of claim, which
-// would publish them a second time. Once the check passes the Store does not
-// ask again; until then, each claim asks (and fails).
-func (s *Store) checkNoBatchLeases(ctx context.Context) error {
-	if s.cfg.batchLease || s.noBatchLeases.Load() {
-		return nil
-	}
-	side := s.sideTable()
-	var exists bool
-	if err := s.pool.QueryRow(ctx, tableExists, side).Scan(&exists); err != nil {
-		return fmt.Errorf("pgstore: claim: read catalog: %w", err)
-	}
-	if exists {
-		var live bool
-		err := s.pool.QueryRow(ctx, fmt.Sprintf(
-			"SELECT EXISTS (SELECT 1 FROM %s WHERE expires_at > now() AND cardinality(ids) > 0)", side)).Scan(&live)
-		if err != nil {
-			return fmt.Errorf("pgstore: claim: read %s: %w", side, err)
-		}
-		if live {
-			return fmt.Errorf("pgstore: claim: %s holds live batch leases: another relay claims table %s with "+
-				"WithBatchLease (batch_lease), and claims without it would publish its rows again; give every relay of "+
-				"a table the same setting (stop them all to switch, and wait out the lease)", side, s.cfg.table)
-		}
-	}
-	s.noBatchLeases.Store(true)
-	return nil
-}
 
 // batchLeaseDone reports whether the side table exists, or is not needed.
 func (s *Store) batchLeaseDone(ctx context.Context) (bool, error) {
@@ -225,11 +195,14 @@ WHERE %s`, table, lastErr, argsKill, fence),
 	}
 }
 
-// claimLeased claims with a batch lease, in one round trip: a transaction
-// that waits its turn, recovers expired leases, and claims. An unordered
-// claim starts at the claim cursor; when that comes back short, a second
-// batch lease takes the rest from the first due row.
-func (s *Store) claimLeased(ctx context.Context, q *queries, p outbox.ClaimParams) (*outbox.Claim, error) {
+// batchLeaseClaimer claims with a batch lease, in one round trip: a
+// transaction that waits its turn, recovers expired leases, and claims. An
+// unordered claim starts at the claim cursor; when that comes back short, a
+// second batch lease takes the rest from the first due row.
+type batchLeaseClaimer struct{ s *Store }
+
+func (b batchLeaseClaimer) claim(ctx context.Context, q *queries, p outbox.ClaimParams) (*outbox.Claim, error) {
+	s := b.s
 	if p.Ordered {
 		mode := claimOrdered
 		if p.BlockOnDead {
@@ -257,7 +230,10 @@ func (s *Store) leaseBatch(ctx context.Context, q *queries, p outbox.ClaimParams
 	b.Queue(q.lease.claim[mode], append(append([]any{limit, p.Lease.Microseconds()}, ids...), mp)...)
 	b.Queue("COMMIT")
 	br := s.pool.SendBatch(ctx, b)
-	claim, err := readLeasedClaim(br, q, mp, b.Len())
+	claim, err := scanClaim(br, q, mp, b.Len()-2) // the claim, then COMMIT
+	if err == nil {
+		_, err = br.Exec()
+	}
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -272,27 +248,14 @@ func (s *Store) leaseBatch(ctx context.Context, q *queries, p outbox.ClaimParams
 	return claim, nil
 }
 
-// readLeasedClaim reads the results of claimLeased's batch of n statements:
-// the claim is the one before the last (COMMIT).
-func readLeasedClaim(br pgx.BatchResults, q *queries, maxPayload int32, n int) (*outbox.Claim, error) {
-	for range n - 2 {
+// scanClaim reads the next results of br: skip statements, then a claim's
+// rows, read with the payload limit maxPayload.
+func scanClaim(br pgx.BatchResults, q *queries, maxPayload int32, skip int) (*outbox.Claim, error) {
+	for range skip {
 		if _, err := br.Exec(); err != nil {
 			return nil, err
 		}
 	}
-	claim, err := scanClaim(br, q, maxPayload)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := br.Exec(); err != nil { // COMMIT
-		return nil, err
-	}
-	return claim, nil
-}
-
-// scanClaim reads the next result of br, a claim's rows, read with the
-// payload limit maxPayload.
-func scanClaim(br pgx.BatchResults, q *queries, maxPayload int32) (*outbox.Claim, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, err
@@ -302,14 +265,28 @@ func scanClaim(br pgx.BatchResults, q *queries, maxPayload int32) (*outbox.Claim
 }
 
 // scanClaimRows reads a claim statement's rows, read with the payload limit
-// maxPayload, into claim, and closes them.
-func scanClaimRows(rows pgx.Rows, q *queries, maxPayload int32, claim *outbox.Claim) error {
+// maxPayload, into claim, and closes them. With flags, every row ends with
+// those columns, scanned into flags, and a row whose id is NULL carries
+// only the flags.
+func scanClaimRows(rows pgx.Rows, q *queries, maxPayload int32, claim *outbox.Claim, flags ...any) error {
 	defer rows.Close()
 	var r claimedRow
 	dest := r.dest(q, maxPayload)
+	var id pgtype.Int8
+	var attempt pgtype.Int4
+	if len(flags) > 0 { // the flag row has NULL in every claimed column
+		dest[0], dest[1] = &id, &attempt
+		dest = append(dest, flags...)
+	}
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			return fmt.Errorf("read row: %w", err)
+		}
+		if len(flags) > 0 {
+			if !id.Valid {
+				continue // no row claimed: only the flags
+			}
+			r.id, r.attempt = id.Int64, attempt.Int32
 		}
 		m, err := r.message()
 		if err != nil {

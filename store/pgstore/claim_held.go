@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -95,24 +96,36 @@ WHERE o.id = ANY($1::bigint[])`, table, nextAttempt("o.retry_count")),
 	}
 }
 
-// claimHeld claims in a transaction that it leaves open, in one round trip,
-// and returns the claim with the transaction in Claim.Held. A claim that
-// finds nothing ends its transaction. After a claim that found nothing, the
-// next one first asks whether any row is due, without a transaction, so that
-// an idle relay costs one query per poll.
-func (s *Store) claimHeld(ctx context.Context, q *queries, p outbox.ClaimParams) (*outbox.Claim, error) {
-	if s.heldIdle.Load() {
+// heldClaimer claims in a transaction that it leaves open, in one round
+// trip, and returns the claim with the transaction in Claim.Held. A claim
+// that finds nothing ends its transaction. After a claim that found
+// nothing (and before the first), the next one first asks whether any row
+// is due, without a transaction, so that an idle relay costs one query per
+// poll. Ordered claims are not held: they lease rows.
+type heldClaimer struct {
+	*rowLeaseClaimer
+	found atomic.Bool // the last held claim found rows
+}
+
+func (h *heldClaimer) claim(ctx context.Context, q *queries, p outbox.ClaimParams) (*outbox.Claim, error) {
+	if p.Ordered {
+		return h.rowLeaseClaimer.claim(ctx, q, p)
+	}
+	if err := h.checkNoBatchLeases(ctx); err != nil {
+		return nil, err
+	}
+	if !h.found.Load() {
 		var due bool
-		if err := s.pool.QueryRow(ctx, q.held.due).Scan(&due); err != nil {
+		if err := h.s.pool.QueryRow(ctx, q.held.due).Scan(&due); err != nil {
 			return nil, fmt.Errorf("pgstore: claim: %w", err)
 		}
 		if !due {
 			return &outbox.Claim{}, nil
 		}
 	}
-	claim, err := s.claimHeldTx(ctx, q, p)
+	claim, err := h.s.claimHeldTx(ctx, q, p)
 	if err == nil {
-		s.heldIdle.Store(len(claim.Messages)+len(claim.Malformed) == 0)
+		h.found.Store(claimSize(claim) > 0)
 	}
 	return claim, err
 }
@@ -137,7 +150,7 @@ func (s *Store) claimHeldTx(ctx context.Context, q *queries, p outbox.ClaimParam
 	mp := payloadLimit(p.MaxPayload)
 	b.Queue(sql, p.Limit, after, int64(math.MaxInt64), mp)
 	br := conn.SendBatch(ctx, b)
-	claim, err := readHeldClaim(br, q, mp)
+	claim, err := scanClaim(br, q, mp, 2) // after BEGIN and the timeout
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -162,15 +175,6 @@ func (s *Store) claimHeldTx(ctx context.Context, q *queries, p outbox.ClaimParam
 	sortClaim(claim)
 	claim.Held = &heldClaim{q: q, conn: conn, delete: p.Delete}
 	return claim, nil
-}
-
-func readHeldClaim(br pgx.BatchResults, q *queries, maxPayload int32) (*outbox.Claim, error) {
-	for range 2 { // BEGIN, the timeout
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
-	}
-	return scanClaim(br, q, maxPayload)
 }
 
 // setIdleTimeout sets idle_in_transaction_session_timeout for the claim's
