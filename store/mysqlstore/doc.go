@@ -70,21 +70,13 @@
 //
 // Ordered claims hand out runs: per aggregate, a prefix of its pending rows
 // in id order, none of which has an earlier row of its aggregate pending (or
-// dead, with BlockOnDead) outside the claim; a row another relay holds or
-// one waiting out a backoff ends its aggregate's run. The claim locks the
-// first due rows with SKIP LOCKED, as an unordered claim does, then decides
-// with a fresh read, in the same READ COMMITTED transaction, which prefix of
-// each aggregate it locked, and leases only that. The fresh
-// read is what keeps order under InnoDB's mix of read modes: its locking
-// reads see rows committed after a statement's snapshot, so a writer
-// committing during the claim could otherwise make a later row look
-// claimable; see docs/ordering.md. "Earlier" is id order: AUTO_INCREMENT ids
-// are handed out at insert, not at commit, so transactions that write
-// messages for one aggregate should be serialized, as they usually are by a
-// lock on the aggregate's own row. When the rows at the front of the backlog
-// are blocked, the claim also takes heads, walking a window of the backlog
-// and, with the (status, aggregate_type, aggregate_id, id) index, a loose
-// index scan, one dive per aggregate.
+// dead, with BlockOnDead) outside the claim. The claim locks the first due
+// rows as an unordered one does, then keeps, after a fresh read in the same
+// READ COMMITTED transaction, the prefix of each aggregate it locked: that
+// read is what keeps order under InnoDB's mix of read modes. Ids are
+// assigned at insert, not at commit, so transactions that write messages
+// for one aggregate should be serialized, as a lock on the aggregate's own
+// row does. docs/ordering.md has how and what it costs.
 //
 // MariaDB marks SKIP LOCKED unsafe for statement-based replication: run its
 // binary log in ROW (or MIXED) format.

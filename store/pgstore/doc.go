@@ -54,53 +54,29 @@
 //
 // A Store remembers where its claims got to: while they come back full, the
 // next unordered claim starts after the highest id claimed so far instead of
-// stepping over the rows of the batches still in flight (leased or locked
-// rows cost a claim about as much as the rows it takes). A claim from there
-// that comes back short takes the rest from the first due row in the same
-// call, and at least every 250 ms a claim starts from the first due row, so
-// a row passed over (a retry come due, a late commit with a lower id) waits
-// at most that long while a backlog drains. Use one Store per relay process,
-// shared by that process's relays.
+// stepping over the rows of the batches still in flight, and at least every
+// 250 ms one starts from the first due row, so a row passed over waits at
+// most that long. Use one Store per relay process, shared by that process's
+// relays.
 //
-// The other sound shape, claiming, publishing and settling inside one open
-// transaction, is an option: [WithHeldClaims]. The claim returns its
-// transaction in outbox.Claim.Held and the relay settles the whole batch,
-// sent, retried and dead rows, with one call that commits. Each row is
-// written once and a batch costs one commit, so it drains fastest; but its
-// attempt rolls back with a crash (a message that kills the relay would
-// loop forever), and it holds a connection and a transaction per batch in
-// flight across the broker round trip. BenchmarkClaimAck measures both
-// shapes (claim and acknowledge 100 rows, no broker): in one run here held
-// claims did 1.6 (rows kept, asynchronous commit) to 4.2 (rows deleted,
-// asynchronous commit) times as many rows a second as row leases.
+// Three options change how a claim works; docs/design.md says why we lease
+// and docs/tuning.md what each costs and gains, with its figures:
+// [WithHeldClaims] claims, publishes and settles a batch inside one open
+// transaction (each row written once, but an attempt that crashed the relay
+// is not counted, and a connection is held per batch in flight);
+// [WithBatchLease] leases a batch with one row of a side table (every relay
+// on the table must use it); [WithAsyncCommit] commits the relay's own
+// statements without waiting for the disk (a database crash can then cost
+// duplicates or an uncounted attempt, never a message).
 //
-// With [WithBatchLease] a claim writes one row per batch, in a side table,
-// instead of one UPDATE per claimed row: the claimed rows are only read, and
-// their attempt reaches retry_count when the batch is settled, or, if its
-// relay died, when the next claim finds the lease expired. It costs
-// PostgreSQL about half as much per message when sent rows are kept and a
-// third when they are deleted; every relay on the table must use it. With
-// [WithAsyncCommit] the relay's statements commit without waiting for the
-// disk (synchronous_commit = off for their transaction only), which made
-// claim and ack of 100-row batches 1.5 to 2 times faster here
-// (BenchmarkClaimAck) and made no measurable difference to drains with
-// 1,000-row batches; a database crash can then cost a duplicate or an
-// uncounted attempt, never a message.
-//
-// Ordered claims (outbox.WithOrdering) hand out a row only when every
-// earlier row of its aggregate (aggregate_type, aggregate_id) that is
-// pending, or dead with BlockOnDead, is in the same claim: each aggregate
-// gives a run, a prefix of its pending rows, which the relay publishes in
-// waves (message k+1 only after the broker confirmed k). "Earlier" is id
-// order, and ids are assigned when a row is inserted, not when its
-// transaction commits: transactions that write messages for the same
-// aggregate should be serialized, as they usually are by a lock on the
-// aggregate's own row (SELECT ... FOR UPDATE). An ordered claim locks the
-// due rows from the claim cursor as an unordered one does and keeps the
-// runs among them, in one statement; when that comes back short with more
-// rows beyond, it finds heads further on with a bounded walk and a skip
-// scan of the head index, one probe per aggregate, round robin. With
-// [WithBatchLease] ordered claims take heads only. See docs/ordering.md.
+// Ordered claims (outbox.WithOrdering) hand out runs: per aggregate, a
+// prefix of its pending rows in id order, none of which has an earlier row
+// of its aggregate pending (or dead, with BlockOnDead) outside the claim;
+// the relay publishes them in waves (message k+1 only after the broker
+// confirmed k). Ids are assigned at insert, not at commit, so transactions
+// that write messages for one aggregate should be serialized, as a lock on
+// the aggregate's own row does. With [WithBatchLease] ordered claims take
+// heads only. docs/ordering.md has how and what it costs.
 //
 // # Notifications
 //

@@ -111,9 +111,8 @@ func WithNotify(on bool) Option { return func(c *config) { c.notify = on } }
 // NOTIFY; the others count on it, or on the relay's adaptive polling, which
 // looks again within its minimum poll interval while it finds rows. This
 // matters for write throughput: PostgreSQL commits notifying transactions
-// one at a time (here, 32 concurrent writers of one-message transactions
-// committed 1,660 a second without NOTIFY and 360 with a NOTIFY in each), and
-// with d of a few milliseconds a busy service sends a few hundred
+// one at a time (docs/tuning.md has a measurement), and with d of a few
+// milliseconds a busy service sends a few hundred
 // notifications a second instead of one per transaction. What it costs: a
 // message written in the interval after a notifying transaction that then
 // rolled back waits for the next notification or poll. It is safe for
