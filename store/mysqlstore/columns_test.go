@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/internal/sqltest"
 	"github.com/outboxkit/outbox/store/mysqlstore"
 	"github.com/outboxkit/outbox/store/storetest"
 )
@@ -64,7 +65,7 @@ func TestStoreMappedColumns(t *testing.T) {
 		Dialect: storetest.MySQL,
 		New: func(t *testing.T) *storetest.Fixture {
 			s, db, mapped := mappedStore(t)
-			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: mapped, Table: s.Table()}
+			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: mapped, Table: s.Table()}
 		},
 		Time: mysqlTime,
 	})

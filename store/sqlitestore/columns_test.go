@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/internal/sqltest"
 	"github.com/outboxkit/outbox/store/sqlitestore"
 	"github.com/outboxkit/outbox/store/storetest"
 )
@@ -60,7 +61,7 @@ func TestStoreMappedColumns(t *testing.T) {
 		Dialect: storetest.SQLite,
 		New: func(t *testing.T) *storetest.Fixture {
 			s, db, mapped := mappedStore(t)
-			return &storetest.Fixture{Store: s, Write: retryBusy(writeFunc(db, s)), DB: mapped, Table: s.Table()}
+			return &storetest.Fixture{Store: s, Write: retryBusy(sqltest.Write(db, s)), DB: mapped, Table: s.Table()}
 		},
 		Time: sqliteTime,
 	})

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/internal/sqltest"
 	"github.com/outboxkit/outbox/store/sqlitestore"
 	"github.com/outboxkit/outbox/store/storetest"
 )
@@ -71,22 +71,6 @@ func newStore(t *testing.T, opts ...sqlitestore.Option) (*sqlitestore.Store, *sq
 	return s, db
 }
 
-// writeFunc writes through the store's Writer path in one committed transaction.
-func writeFunc(db *sql.DB, s *sqlitestore.Store) func(ctx context.Context, msgs ...*outbox.Message) error {
-	w := outbox.NewWriter(s)
-	return func(ctx context.Context, msgs ...*outbox.Message) error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := w.Write(ctx, tx, msgs...); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		return tx.Commit()
-	}
-}
-
 // retryBusy makes write try again, up to five more times, when SQLite
 // reports the database busy: in the suite's RelaysEndToEnd, four writers
 // and three relays contend for SQLite's one write lock, and on a loaded
@@ -116,11 +100,11 @@ func TestStore(t *testing.T) {
 		Dialect: storetest.SQLite,
 		New: func(t *testing.T) *storetest.Fixture {
 			s, db := newStore(t)
-			return &storetest.Fixture{Store: s, Write: retryBusy(writeFunc(db, s)), DB: db, Table: s.Table()}
+			return &storetest.Fixture{Store: s, Write: retryBusy(sqltest.Write(db, s)), DB: db, Table: s.Table()}
 		},
 		Chunked: func(t *testing.T, rows int) *storetest.Fixture {
 			s, db := newStore(t, sqlitestore.WithChunkRows(rows))
-			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: s.Table()}
+			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: s.Table()}
 		},
 		ContractOnly: func(t *testing.T) *storetest.Fixture {
 			db, _ := openDB(t)
@@ -128,7 +112,7 @@ func TestStore(t *testing.T) {
 			require.NoError(t, err)
 			s, err := sqlitestore.New(db, sqlitestore.WithTable("legacy_outbox"))
 			require.NoError(t, err)
-			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: "legacy_outbox"}
+			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: "legacy_outbox"}
 		},
 		InvalidJSON: true,
 		Time:        sqliteTime,
@@ -142,8 +126,8 @@ func TestQualifiedTable(t *testing.T) {
 	s, db := newStore(t, sqlitestore.WithTable("main.Events_Outbox_2"))
 	ctx := t.Context()
 	require.NoError(t, s.Migrate(ctx), "twice")
-	require.NoError(t, writeFunc(db, s)(ctx, msg("a", "1"), msg("a", "1"), msg("b", "1"), msg("c", "1")))
-	require.Equal(t, 4, count(t, db, `main."Events_Outbox_2"`))
+	require.NoError(t, sqltest.Write(db, s)(ctx, sqltest.Msg("a", "1"), sqltest.Msg("a", "1"), sqltest.Msg("b", "1"), sqltest.Msg("c", "1")))
+	require.Equal(t, 4, sqltest.Count(t, db, `main."Events_Outbox_2"`))
 
 	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 3, Lease: time.Hour, Ordered: true, BlockOnDead: true})
 	require.NoError(t, err)
@@ -169,45 +153,16 @@ func TestQualifiedTable(t *testing.T) {
 
 func TestWithTable(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		name string
-		ok   bool
-	}{
-		{"outbox_message", true},
-		{"_x", true},
-		{"Outbox2", true},
-		{"main.outbox", true},
-		{strings.Repeat("a", 63), true},
-		{"", false},
-		{strings.Repeat("a", 64), false},
-		{"1outbox", false},
-		{"x; DROP TABLE y", false},
-		{`a"b`, false},
-		{"a`b", false},
-		{"a'b", false},
-		{"a b", false},
-		{"a.b.c", false},
-		{".outbox", false},
-		{"outbox.", false},
-		{"robert'); DROP TABLE students;--", false},
-		{"outbox\x00", false},
-		{"outbox--", false},
-		{"tablé", false},
-		{"sqlite_master", false},
-		{"main.SQLITE_schema", false},
-	} {
-		t.Run(fmt.Sprintf("%q", c.name), func(t *testing.T) {
-			s, err := sqlitestore.New(&sql.DB{}, sqlitestore.WithTable(c.name))
-			if c.ok {
-				require.NoError(t, err)
-				require.Equal(t, c.name, s.Table())
-				return
-			}
-			require.Error(t, err)
-			require.Contains(t, err.Error(), "WithTable")
-			require.Nil(t, s)
-		})
-	}
+	sqltest.WithTable(t, func(table string) (*sqlitestore.Store, error) {
+		return sqlitestore.New(&sql.DB{}, sqlitestore.WithTable(table))
+	},
+		sqltest.TableName{Name: "main.outbox", OK: true},
+		sqltest.TableName{Name: strings.Repeat("a", 63), OK: true},
+		sqltest.TableName{Name: strings.Repeat("a", 64)},
+		sqltest.TableName{Name: "robert'); DROP TABLE students;--"},
+		sqltest.TableName{Name: "sqlite_master"},
+		sqltest.TableName{Name: "main.SQLITE_schema"},
+	)
 }
 
 func TestNewPanicsOnNilDB(t *testing.T) {
@@ -218,7 +173,7 @@ func TestNewPanicsOnNilDB(t *testing.T) {
 func TestHostileTableNameNeverReachesTheDatabase(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t)
-	write := writeFunc(db, s)
+	write := sqltest.Write(db, s)
 	require.NoError(t, write(t.Context(), &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E", Payload: []byte(`{}`)}))
 	for _, name := range []string{
 		"outbox_message; DROP TABLE outbox_message",
@@ -290,32 +245,22 @@ func TestOpen(t *testing.T) {
 
 func TestMigrate(t *testing.T) {
 	t.Parallel()
-	t.Run("TwiceKeepsRows", func(t *testing.T) {
-		t.Parallel()
-		s, db := newStore(t)
-		require.NoError(t, writeFunc(db, s)(t.Context(), msg("a", "1")))
-		require.NoError(t, s.Migrate(t.Context()))
-		require.Equal(t, 1, count(t, db, "outbox_message"))
-	})
-	t.Run("ConcurrentFromSeveralHandles", func(t *testing.T) {
-		t.Parallel()
-		path := testsvc.SQLitePath(t)
-		var wg sync.WaitGroup
-		errs := make(chan error, 6)
-		for range 6 {
-			// A *sql.DB of its own per migrator, as separate processes would have.
-			db, err := sqlitestore.Open(path)
-			require.NoError(t, err)
-			t.Cleanup(func() { db.Close() })
-			s, err := sqlitestore.New(db)
-			require.NoError(t, err)
-			wg.Go(func() { errs <- s.Migrate(t.Context()) })
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err)
-		}
+	sqltest.Migrate(t, sqltest.Harness{
+		Handles: func(t *testing.T, n int) []*sql.DB {
+			path := testsvc.SQLitePath(t)
+			var dbs []*sql.DB
+			for range n {
+				db, err := sqlitestore.Open(path)
+				require.NoError(t, err)
+				t.Cleanup(func() { db.Close() })
+				dbs = append(dbs, db)
+			}
+			return dbs
+		},
+		New:           func(db *sql.DB) (sqltest.Store, error) { return sqlitestore.New(db) },
+		ErrNoTable:    sqlitestore.ErrNoTable,
+		NoContractDDL: "CREATE TABLE outbox_message (id INTEGER PRIMARY KEY, message_id TEXT, payload TEXT)",
+		Migrators:     6,
 	})
 	t.Run("UpgradesHandMadeTable", func(t *testing.T) {
 		t.Parallel()
@@ -325,7 +270,7 @@ func TestMigrate(t *testing.T) {
 		require.NoError(t, err)
 		s, err := sqlitestore.New(db)
 		require.NoError(t, err)
-		write := writeFunc(db, s)
+		write := sqltest.Write(db, s)
 		require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E",
 			Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}}))
 
@@ -334,7 +279,7 @@ func TestMigrate(t *testing.T) {
 		for _, c := range []string{"headers", "topic", "partition_key", "last_error"} {
 			require.Contains(t, cols, c)
 		}
-		require.Equal(t, 1, count(t, db, "outbox_message"), "the row written before survives")
+		require.Equal(t, 1, sqltest.Count(t, db, "outbox_message"), "the row written before survives")
 		var idx int
 		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'outbox_message_pending'`).Scan(&idx))
 		require.Equal(t, 1, idx, "the pending index is added")
@@ -349,75 +294,12 @@ func TestMigrate(t *testing.T) {
 		require.Equal(t, map[string]string{"k": "v"}, c.Messages[1].Headers)
 		require.Equal(t, "t1", c.Messages[1].Topic)
 	})
-	t.Run("TableWithoutContractColumns", func(t *testing.T) {
-		t.Parallel()
-		db, _ := openDB(t)
-		_, err := db.Exec("CREATE TABLE outbox_message (id INTEGER PRIMARY KEY, message_id TEXT, payload TEXT)")
-		require.NoError(t, err)
-		s, err := sqlitestore.New(db)
-		require.NoError(t, err)
-		_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
-		require.ErrorContains(t, err, "lacks contract columns: aggregate_type, aggregate_id, event_type, status")
-	})
-	t.Run("MissingTableIsReported", func(t *testing.T) {
-		t.Parallel()
-		db, _ := openDB(t)
-		s, err := sqlitestore.New(db)
-		require.NoError(t, err)
-		_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
-		require.ErrorIs(t, err, sqlitestore.ErrNoTable)
-		// Once migrated, the same store works: a failed detection is not cached.
-		require.NoError(t, s.Migrate(t.Context()))
-		_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
-		require.NoError(t, err)
-	})
 }
 
 func TestWriterTransaction(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t)
-	ctx := t.Context()
-	w := outbox.NewWriter(s)
-	_, err := db.ExecContext(ctx, "CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT)")
-	require.NoError(t, err)
-
-	for _, commit := range []bool{false, true} {
-		tx, err := db.BeginTx(ctx, nil)
-		require.NoError(t, err)
-		_, err = tx.ExecContext(ctx, "INSERT INTO orders (status) VALUES ('paid')")
-		require.NoError(t, err)
-		require.NoError(t, w.Write(ctx, tx, msg("order", "1"), msg("order", "1")))
-		if commit {
-			require.NoError(t, tx.Commit())
-		} else {
-			require.NoError(t, tx.Rollback())
-		}
-		want := 0
-		if commit {
-			want = 2
-		}
-		require.Equal(t, want, count(t, db, "outbox_message"), "commit=%v", commit)
-		require.Equal(t, want/2, count(t, db, "orders"), "commit=%v", commit)
-	}
-
-	t.Run("DuplicateIsErrDuplicate", func(t *testing.T) {
-		m := msg("order", "2")
-		m.MessageID = "same-id"
-		require.NoError(t, writeFunc(db, s)(ctx, m))
-		err := writeFunc(db, s)(ctx, m)
-		require.ErrorIs(t, err, sqlitestore.ErrDuplicate)
-	})
-}
-
-func msg(aggType, aggID string) *outbox.Message {
-	return &outbox.Message{AggregateType: aggType, AggregateID: aggID, EventType: "E", Payload: []byte(`{"x":1}`)}
-}
-
-func count(t *testing.T, db *sql.DB, from string) int {
-	t.Helper()
-	var n int
-	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM "+from).Scan(&n))
-	return n
+	sqltest.WriterTransaction(t, s, db, "CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT)")
 }
 
 func tableColumns(t *testing.T, db *sql.DB, table string) []string {
@@ -495,68 +377,22 @@ func TestTimeFormats(t *testing.T) {
 func TestMalformedRows(t *testing.T) {
 	t.Parallel()
 	db, _ := openDB(t)
-	ctx := t.Context()
-	_, err := db.ExecContext(ctx, `CREATE TABLE outbox_message (
+	const ddl = `CREATE TABLE outbox_message (
 		id INTEGER PRIMARY KEY AUTOINCREMENT, message_id, aggregate_type, aggregate_id, event_type, payload,
 		headers, topic, partition_key,
 		status INTEGER NOT NULL DEFAULT 0, retry_count INTEGER NOT NULL DEFAULT 0, next_retry_at,
-		created_at NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at NOT NULL DEFAULT CURRENT_TIMESTAMP)`)
-	require.NoError(t, err)
+		created_at NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at NOT NULL DEFAULT CURRENT_TIMESTAMP)`
 	s, err := sqlitestore.New(db)
 	require.NoError(t, err)
 
-	cases := []struct {
-		name                string
-		aggID, payload, hdr any
-		topic               any
-		wantErr             string // "" for a well-formed row
-	}{
-		{"Good", "1", `{"a":1}`, `{"k":"v"}`, "t", ""},
-		{"NumbersAreText", int64(42), int64(7), nil, nil, ""},
-		{"PayloadBlobJSON", "1", []byte(`{"b":true}`), nil, nil, ""},
-		{"PayloadNotUTF8", "1", []byte("\"\xff\xfe\""), nil, nil, "payload is not valid UTF-8"},
-		{"PayloadNotJSON", "1", `{"a":`, nil, nil, "payload is not valid JSON"},
-		{"PayloadEmpty", "1", ``, nil, nil, "payload is not valid JSON"},
-		{"AggregateIDEmpty", "", `{}`, nil, nil, "aggregate_id is empty"},
-		{"AggregateIDNotUTF8", []byte("\xff"), `{}`, nil, nil, "aggregate_id is not valid UTF-8"},
-		{"HeadersNotJSON", "1", `{}`, `k=v`, nil, "headers are not a JSON object of strings"},
-		{"HeadersNotStrings", "1", `{}`, `{"k":1}`, nil, "headers are not a JSON object of strings"},
-		{"TopicNotUTF8", "1", `{}`, nil, []byte("\xc3"), "topic is not valid UTF-8"},
-	}
-	names := map[int64]string{}
-	for _, c := range cases {
-		res, err := db.ExecContext(ctx, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload, headers, topic)
-			VALUES (?, 'a', ?, 'E', ?, ?, ?)`, c.name, c.aggID, c.payload, c.hdr, c.topic)
-		require.NoError(t, err)
-		id, err := res.LastInsertId()
-		require.NoError(t, err)
-		names[id] = c.name
-	}
-	cl, err := s.Claim(ctx, outbox.ClaimParams{Limit: 100, Lease: time.Minute})
-	require.NoError(t, err)
-	got := map[string]string{}
-	for _, m := range cl.Messages {
-		got[names[m.RowID]] = ""
-	}
-	for _, mr := range cl.Malformed {
-		require.Equal(t, 1, mr.Message.Attempt)
-		got[names[mr.Message.RowID]] = mr.Err.Error()
-	}
-	for _, c := range cases {
-		e, ok := got[c.name]
-		require.True(t, ok, "%s not claimed", c.name)
-		if c.wantErr == "" {
-			require.Empty(t, e, c.name)
-		} else {
-			require.Contains(t, e, c.wantErr, c.name)
-		}
-	}
-	byName := map[string]*outbox.Message{}
-	for _, m := range cl.Messages {
-		byName[names[m.RowID]] = m
-	}
+	byName := sqltest.MalformedRows(t, s, db, ddl,
+		sqltest.Malformed{Name: "NumbersAreText", AggID: int64(42), Payload: int64(7)},
+		sqltest.Malformed{Name: "PayloadBlobJSON", AggID: "1", Payload: []byte(`{"b":true}`)},
+		sqltest.Malformed{Name: "PayloadNotUTF8", AggID: "1", Payload: []byte("\"\xff\xfe\""), WantErr: "payload is not valid UTF-8"},
+		sqltest.Malformed{Name: "AggregateIDNotUTF8", AggID: []byte("\xff"), Payload: `{}`, WantErr: "aggregate_id is not valid UTF-8"},
+		sqltest.Malformed{Name: "HeadersNotStrings", AggID: "1", Payload: `{}`, Hdr: `{"k":1}`,
+			WantErr: "headers are not a JSON object of strings"},
+	)
 	require.Equal(t, "42", byName["NumbersAreText"].AggregateID)
 	require.JSONEq(t, `7`, string(byName["NumbersAreText"].Payload))
-	require.Equal(t, map[string]string{"k": "v"}, byName["Good"].Headers)
-	require.Equal(t, "t", byName["Good"].Topic)
 }
