@@ -209,9 +209,9 @@ func Migrate(t *testing.T, h Harness) {
 // headers and topic as bound in the INSERT, and the text the error of its
 // Claim.Malformed entry contains ("" for a well-formed row).
 type Malformed struct {
-	Name                      string
+	Name                       string
 	AggID, Payload, Hdr, Topic any
-	WantErr                   string
+	WantErr                    string
 }
 
 // malformed are the rows every store's hand-made table can hold and reads
