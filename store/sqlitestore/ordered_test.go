@@ -15,13 +15,20 @@ import (
 // orderedStore returns a migrated Store on a database file of the test's own.
 func orderedStore(t *testing.T) (*Store, *sql.DB) {
 	t.Helper()
-	db, err := Open(testsvc.SQLitePath(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	db := testDB(t)
 	s, err := New(db)
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(t.Context()))
 	return s, db
+}
+
+// testDB opens a database file of the test's own.
+func testDB(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := Open(testsvc.SQLitePath(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 // queryPlan returns EXPLAIN QUERY PLAN q, its details joined by "; ".
@@ -85,10 +92,8 @@ func TestOrderedClaimDeadPolicyBeyondTheWindow(t *testing.T) {
 // then checks that Migrate adds the head index.
 func TestOrderedClaimWithoutTheHeadIndex(t *testing.T) {
 	t.Parallel()
-	db, err := Open(testsvc.SQLitePath(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	_, err = db.Exec(`CREATE TABLE outbox_message (
+	db := testDB(t)
+	_, err := db.Exec(`CREATE TABLE outbox_message (
 		id INTEGER PRIMARY KEY AUTOINCREMENT, message_id TEXT NOT NULL UNIQUE, aggregate_type TEXT NOT NULL,
 		aggregate_id TEXT NOT NULL, event_type TEXT NOT NULL, payload TEXT NOT NULL, status INTEGER NOT NULL DEFAULT 0,
 		retry_count INTEGER NOT NULL DEFAULT 0, next_retry_at TEXT, created_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,

@@ -6,7 +6,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxkit/outbox/internal/testsvc"
 	"github.com/outboxkit/outbox/store/internal/sqltest"
 )
 
@@ -14,9 +13,7 @@ import (
 // table with only the contract's columns and indexes.
 func contractStore(t *testing.T) (*Store, *sql.DB) {
 	t.Helper()
-	db, err := Open(testsvc.SQLitePath(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	db := testDB(t)
 	for _, q := range []string{`CREATE TABLE outbox_message (
 		id INTEGER PRIMARY KEY AUTOINCREMENT, message_id TEXT NOT NULL UNIQUE, aggregate_type TEXT NOT NULL,
 		aggregate_id TEXT NOT NULL, event_type TEXT NOT NULL, payload TEXT NOT NULL, status INTEGER NOT NULL DEFAULT 0,
@@ -25,7 +22,7 @@ func contractStore(t *testing.T) (*Store, *sql.DB) {
 		"CREATE INDEX outbox_status ON outbox_message (status, next_retry_at)",
 		"CREATE INDEX outbox_aggregate ON outbox_message (aggregate_type, aggregate_id)",
 	} {
-		_, err = db.Exec(q)
+		_, err := db.Exec(q)
 		require.NoError(t, err)
 	}
 	s, err := New(db)
