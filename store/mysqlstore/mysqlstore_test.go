@@ -101,24 +101,6 @@ func TestStore(t *testing.T) {
 	})
 }
 
-func TestWithTable(t *testing.T) {
-	t.Parallel()
-	sqltest.WithTable(t, func(table string) (*mysqlstore.Store, error) {
-		return mysqlstore.New(&sql.DB{}, mysqlstore.WithTable(table))
-	},
-		sqltest.TableName{Name: "shop.outbox", OK: true},
-		sqltest.TableName{Name: strings.Repeat("a", 64), OK: true},
-		sqltest.TableName{Name: strings.Repeat("a", 65)},
-		sqltest.TableName{Name: "`outbox`"},
-		sqltest.TableName{Name: "outbox_message` WHERE 1=1; --"},
-	)
-}
-
-func TestNewPanicsOnNilDB(t *testing.T) {
-	t.Parallel()
-	require.Panics(t, func() { _, _ = mysqlstore.New(nil) })
-}
-
 func TestDSN(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -153,62 +135,72 @@ func TestDSN(t *testing.T) {
 	})
 }
 
-func TestMigrate(t *testing.T) {
-	t.Parallel()
-	sqltest.Migrate(t, sqltest.Harness{
-		Handles: func(t *testing.T, n int) []*sql.DB {
-			db, dsn := openDB(t)
-			dbs := []*sql.DB{db}
-			for range n - 1 {
-				db, err := mysqlstore.Open(dsn)
-				require.NoError(t, err)
-				t.Cleanup(func() { db.Close() })
-				dbs = append(dbs, db)
-			}
-			return dbs
+// TestSQLStore runs the checks the database/sql stores share beyond
+// storetest (sqltest.Run).
+func TestSQLStore(t *testing.T) {
+	sqltest.Run(t, sqltest.Harness[*mysqlstore.Store, mysqlstore.Option]{
+		Database: func(t testing.TB) string {
+			_, dsn := testsvc.MySQLDatabase(t)
+			return dsn
 		},
-		New:           func(db *sql.DB) (sqltest.Store, error) { return mysqlstore.New(db) },
-		ErrNoTable:    mysqlstore.ErrNoTable,
+		Open:       mysqlstore.Open,
+		New:        mysqlstore.New,
+		WithTable:  mysqlstore.WithTable,
+		ErrNoTable: mysqlstore.ErrNoTable,
+		Migrators:  4,
+		TableNames: []sqltest.TableName{
+			{Name: "shop.outbox", OK: true},
+			{Name: strings.Repeat("a", 64), OK: true},
+			{Name: strings.Repeat("a", 65)},
+			{Name: "`outbox`"},
+			{Name: "outbox_message` WHERE 1=1; --"},
+		},
 		NoContractDDL: "CREATE TABLE outbox_message (id BIGINT PRIMARY KEY, message_id VARCHAR(64), payload JSON)",
-		Migrators:     4,
-	})
-	t.Run("UpgradesPastedTable", func(t *testing.T) {
-		t.Parallel()
-		s, db := pastedStore(t)
-		ctx := t.Context()
-		write := sqltest.Write(db, s)
-		require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E",
-			Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}}))
-
-		require.NoError(t, s.Migrate(ctx))
-		require.NoError(t, s.Migrate(ctx), "twice")
-		cols := columnTypes(t, db, "outbox_message")
-		for _, c := range []string{"headers", "topic", "partition_key", "last_error"} {
-			require.Contains(t, cols, c)
-		}
-		require.Equal(t, "datetime", cols["next_retry_at"], "Migrate keeps the table's own column types")
-		require.Equal(t, 1, sqltest.Count(t, db, "outbox_message"), "the row written before survives")
-		var idx int
-		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM information_schema.statistics
-			WHERE table_schema = DATABASE() AND table_name = 'outbox_message' AND index_name = 'idx_status_id'`).Scan(&idx))
-		require.Equal(t, 2, idx, "the (status, id) index is added")
-
-		require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "2", EventType: "E",
-			Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}, Topic: "t1", PartitionKey: "p"}))
-		c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Minute})
-		require.NoError(t, err)
-		require.Len(t, c.Messages, 2)
-		require.Empty(t, c.Messages[0].Headers, "written before the column existed")
-		require.Equal(t, map[string]string{"k": "v"}, c.Messages[1].Headers)
-		require.Equal(t, "t1", c.Messages[1].Topic)
-		require.Equal(t, "p", c.Messages[1].PartitionKey)
+		OrdersDDL:     "CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, status VARCHAR(16)) ENGINE=InnoDB",
+		// Rows that a hand-made LONGTEXT table can hold and a JSON column cannot.
+		MalformedDDL: `CREATE TABLE outbox_message (
+			id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, message_id VARCHAR(64), aggregate_type VARCHAR(64),
+			aggregate_id VARCHAR(64), event_type VARCHAR(64), payload LONGTEXT, headers LONGBLOB, topic VARBINARY(255),
+			status TINYINT NOT NULL DEFAULT 0, retry_count INT NOT NULL DEFAULT 0, next_retry_at DATETIME NULL,
+			created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP
+		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
+		Malformed: []sqltest.Malformed{{Name: "HeadersNotUTF8", AggID: "1", Payload: `{}`, Hdr: []byte("{\"k\":\"\xff\"}"),
+			WantErr: "headers is not valid UTF-8"}},
 	})
 }
 
-func TestWriterTransaction(t *testing.T) {
+// TestMigrateUpgradesPastedTable migrates the pasted table: the columns and
+// index it lacks are added, its own types and rows kept.
+func TestMigrateUpgradesPastedTable(t *testing.T) {
 	t.Parallel()
-	s, db := newStore(t)
-	sqltest.WriterTransaction(t, s, db, "CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, status VARCHAR(16)) ENGINE=InnoDB")
+	s, db := pastedStore(t)
+	ctx := t.Context()
+	write := sqltest.Write(db, s)
+	require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E",
+		Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}}))
+
+	require.NoError(t, s.Migrate(ctx))
+	require.NoError(t, s.Migrate(ctx), "twice")
+	cols := columnTypes(t, db, "outbox_message")
+	for _, c := range []string{"headers", "topic", "partition_key", "last_error"} {
+		require.Contains(t, cols, c)
+	}
+	require.Equal(t, "datetime", cols["next_retry_at"], "Migrate keeps the table's own column types")
+	require.Equal(t, 1, sqltest.Count(t, db, "outbox_message"), "the row written before survives")
+	var idx int
+	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM information_schema.statistics
+		WHERE table_schema = DATABASE() AND table_name = 'outbox_message' AND index_name = 'idx_status_id'`).Scan(&idx))
+	require.Equal(t, 2, idx, "the (status, id) index is added")
+
+	require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "2", EventType: "E",
+		Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}, Topic: "t1", PartitionKey: "p"}))
+	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, c.Messages, 2)
+	require.Empty(t, c.Messages[0].Headers, "written before the column existed")
+	require.Equal(t, map[string]string{"k": "v"}, c.Messages[1].Headers)
+	require.Equal(t, "t1", c.Messages[1].Topic)
+	require.Equal(t, "p", c.Messages[1].PartitionKey)
 }
 
 // TestClaimSkipsLockedRows holds row locks in another transaction, as a
@@ -347,23 +339,6 @@ func TestSessionTimeZone(t *testing.T) {
 			require.Less(t, st.OldestPending, time.Minute)
 		})
 	}
-}
-
-// TestMalformedRows plants rows that a hand-made LONGTEXT table can hold and
-// a JSON column cannot.
-func TestMalformedRows(t *testing.T) {
-	t.Parallel()
-	db, _ := openDB(t)
-	s, err := mysqlstore.New(db)
-	require.NoError(t, err)
-	sqltest.MalformedRows(t, s, db, `CREATE TABLE outbox_message (
-		id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, message_id VARCHAR(64), aggregate_type VARCHAR(64),
-		aggregate_id VARCHAR(64), event_type VARCHAR(64), payload LONGTEXT, headers LONGBLOB, topic VARBINARY(255),
-		status TINYINT NOT NULL DEFAULT 0, retry_count INT NOT NULL DEFAULT 0, next_retry_at DATETIME NULL,
-		created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP
-	) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
-		sqltest.Malformed{Name: "HeadersNotUTF8", AggID: "1", Payload: `{}`, Hdr: []byte("{\"k\":\"\xff\"}"),
-			WantErr: "headers is not valid UTF-8"})
 }
 
 func ack(t *testing.T, s *mysqlstore.Store, msgs ...*outbox.Message) int {

@@ -92,6 +92,18 @@ func isBusy(err error) bool {
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
+// handMadeStore returns a Store on the table outbox_message made with
+// contractDDL, not migrated.
+func handMadeStore(t *testing.T) (*sqlitestore.Store, *sql.DB) {
+	t.Helper()
+	db, _ := openDB(t)
+	_, err := db.ExecContext(t.Context(), fmt.Sprintf(contractDDL, "outbox_message"))
+	require.NoError(t, err)
+	s, err := sqlitestore.New(db)
+	require.NoError(t, err)
+	return s, db
+}
+
 func sqliteTime(tm time.Time) any { return tm.UTC().Format("2006-01-02 15:04:05.000000") }
 
 func TestStore(t *testing.T) {
@@ -149,25 +161,6 @@ func TestQualifiedTable(t *testing.T) {
 	require.Less(t, st.OldestPending, time.Minute)
 	st.OldestPending = 0
 	require.Equal(t, outbox.Stats{Pending: 1, Dead: 1, SentLastMinute: 1, SentLastHour: 1}, *st)
-}
-
-func TestWithTable(t *testing.T) {
-	t.Parallel()
-	sqltest.WithTable(t, func(table string) (*sqlitestore.Store, error) {
-		return sqlitestore.New(&sql.DB{}, sqlitestore.WithTable(table))
-	},
-		sqltest.TableName{Name: "main.outbox", OK: true},
-		sqltest.TableName{Name: strings.Repeat("a", 63), OK: true},
-		sqltest.TableName{Name: strings.Repeat("a", 64)},
-		sqltest.TableName{Name: "robert'); DROP TABLE students;--"},
-		sqltest.TableName{Name: "sqlite_master"},
-		sqltest.TableName{Name: "main.SQLITE_schema"},
-	)
-}
-
-func TestNewPanicsOnNilDB(t *testing.T) {
-	t.Parallel()
-	require.Panics(t, func() { _, _ = sqlitestore.New(nil) })
 }
 
 func TestHostileTableNameNeverReachesTheDatabase(t *testing.T) {
@@ -243,63 +236,77 @@ func TestOpen(t *testing.T) {
 	})
 }
 
-func TestMigrate(t *testing.T) {
-	t.Parallel()
-	sqltest.Migrate(t, sqltest.Harness{
-		Handles: func(t *testing.T, n int) []*sql.DB {
-			path := testsvc.SQLitePath(t)
-			var dbs []*sql.DB
-			for range n {
-				db, err := sqlitestore.Open(path)
-				require.NoError(t, err)
-				t.Cleanup(func() { db.Close() })
-				dbs = append(dbs, db)
-			}
-			return dbs
+// TestSQLStore runs the checks the database/sql stores share beyond
+// storetest (sqltest.Run).
+func TestSQLStore(t *testing.T) {
+	sqltest.Run(t, sqltest.Harness[*sqlitestore.Store, sqlitestore.Option]{
+		Database:   testsvc.SQLitePath,
+		Open:       sqlitestore.Open,
+		New:        sqlitestore.New,
+		WithTable:  sqlitestore.WithTable,
+		ErrNoTable: sqlitestore.ErrNoTable,
+		Migrators:  6,
+		TableNames: []sqltest.TableName{
+			{Name: "main.outbox", OK: true},
+			{Name: strings.Repeat("a", 63), OK: true},
+			{Name: strings.Repeat("a", 64)},
+			{Name: "robert'); DROP TABLE students;--"},
+			{Name: "sqlite_master"},
+			{Name: "main.SQLITE_schema"},
 		},
-		New:           func(db *sql.DB) (sqltest.Store, error) { return sqlitestore.New(db) },
-		ErrNoTable:    sqlitestore.ErrNoTable,
 		NoContractDDL: "CREATE TABLE outbox_message (id INTEGER PRIMARY KEY, message_id TEXT, payload TEXT)",
-		Migrators:     6,
-	})
-	t.Run("UpgradesHandMadeTable", func(t *testing.T) {
-		t.Parallel()
-		db, _ := openDB(t)
-		ctx := t.Context()
-		_, err := db.ExecContext(ctx, fmt.Sprintf(contractDDL, "outbox_message"))
-		require.NoError(t, err)
-		s, err := sqlitestore.New(db)
-		require.NoError(t, err)
-		write := sqltest.Write(db, s)
-		require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E",
-			Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}}))
-
-		require.NoError(t, s.Migrate(ctx))
-		cols := tableColumns(t, db, "outbox_message")
-		for _, c := range []string{"headers", "topic", "partition_key", "last_error"} {
-			require.Contains(t, cols, c)
-		}
-		require.Equal(t, 1, sqltest.Count(t, db, "outbox_message"), "the row written before survives")
-		var idx int
-		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'outbox_message_pending'`).Scan(&idx))
-		require.Equal(t, 1, idx, "the pending index is added")
-
-		// After Migrate the store writes and reads the new columns.
-		require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "2", EventType: "E",
-			Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}, Topic: "t1"}))
-		c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Minute})
-		require.NoError(t, err)
-		require.Len(t, c.Messages, 2)
-		require.Empty(t, c.Messages[0].Headers, "written before the column existed")
-		require.Equal(t, map[string]string{"k": "v"}, c.Messages[1].Headers)
-		require.Equal(t, "t1", c.Messages[1].Topic)
+		OrdersDDL:     "CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT)",
+		// Columns without types: bytes that are not UTF-8, headers that are
+		// not an object of strings, empty required columns, and numbers where
+		// text belongs.
+		MalformedDDL: `CREATE TABLE outbox_message (
+			id INTEGER PRIMARY KEY AUTOINCREMENT, message_id, aggregate_type, aggregate_id, event_type, payload,
+			headers, topic, partition_key,
+			status INTEGER NOT NULL DEFAULT 0, retry_count INTEGER NOT NULL DEFAULT 0, next_retry_at,
+			created_at NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at NOT NULL DEFAULT CURRENT_TIMESTAMP)`,
+		Malformed: []sqltest.Malformed{
+			{Name: "NumbersAreText", AggID: int64(42), Payload: int64(7), Check: func(t *testing.T, m *outbox.Message) {
+				require.Equal(t, "42", m.AggregateID)
+				require.JSONEq(t, `7`, string(m.Payload))
+			}},
+			{Name: "PayloadBlobJSON", AggID: "1", Payload: []byte(`{"b":true}`)},
+			{Name: "PayloadNotUTF8", AggID: "1", Payload: []byte("\"\xff\xfe\""), WantErr: "payload is not valid UTF-8"},
+			{Name: "AggregateIDNotUTF8", AggID: []byte("\xff"), Payload: `{}`, WantErr: "aggregate_id is not valid UTF-8"},
+			{Name: "HeadersNotStrings", AggID: "1", Payload: `{}`, Hdr: `{"k":1}`, WantErr: "headers are not a JSON object of strings"},
+		},
 	})
 }
 
-func TestWriterTransaction(t *testing.T) {
+// TestMigrateUpgradesHandMadeTable migrates a table made by hand with the
+// contract's columns only: the columns and index it lacks are added, its
+// rows kept, and the store then writes and reads the new columns.
+func TestMigrateUpgradesHandMadeTable(t *testing.T) {
 	t.Parallel()
-	s, db := newStore(t)
-	sqltest.WriterTransaction(t, s, db, "CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT)")
+	s, db := handMadeStore(t)
+	ctx := t.Context()
+	write := sqltest.Write(db, s)
+	require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E",
+		Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}}))
+
+	require.NoError(t, s.Migrate(ctx))
+	cols := tableColumns(t, db, "outbox_message")
+	for _, c := range []string{"headers", "topic", "partition_key", "last_error"} {
+		require.Contains(t, cols, c)
+	}
+	require.Equal(t, 1, sqltest.Count(t, db, "outbox_message"), "the row written before survives")
+	var idx int
+	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'outbox_message_pending'`).Scan(&idx))
+	require.Equal(t, 1, idx, "the pending index is added")
+
+	// After Migrate the store writes and reads the new columns.
+	require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "2", EventType: "E",
+		Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}, Topic: "t1"}))
+	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, c.Messages, 2)
+	require.Empty(t, c.Messages[0].Headers, "written before the column existed")
+	require.Equal(t, map[string]string{"k": "v"}, c.Messages[1].Headers)
+	require.Equal(t, "t1", c.Messages[1].Topic)
 }
 
 func tableColumns(t *testing.T, db *sql.DB, table string) []string {
@@ -321,12 +328,8 @@ func tableColumns(t *testing.T, db *sql.DB, table string) []string {
 // may write into a hand-made table and checks which rows are due.
 func TestTimeFormats(t *testing.T) {
 	t.Parallel()
-	db, _ := openDB(t)
+	s, db := handMadeStore(t)
 	ctx := t.Context()
-	_, err := db.ExecContext(ctx, fmt.Sprintf(contractDDL, "outbox_message"))
-	require.NoError(t, err)
-	s, err := sqlitestore.New(db)
-	require.NoError(t, err)
 
 	now := time.Now().UTC()
 	past, future := now.Add(-time.Hour), now.Add(time.Hour)
@@ -369,30 +372,4 @@ func TestTimeFormats(t *testing.T) {
 	for _, c := range cases {
 		require.Equal(t, c.due, got[c.name], "%s (%v) due", c.name, c.v)
 	}
-}
-
-// TestMalformedRows covers what storetest's planted rows do not: bytes that
-// are not UTF-8, headers that are not an object of strings, empty required
-// columns, and numbers where text belongs.
-func TestMalformedRows(t *testing.T) {
-	t.Parallel()
-	db, _ := openDB(t)
-	const ddl = `CREATE TABLE outbox_message (
-		id INTEGER PRIMARY KEY AUTOINCREMENT, message_id, aggregate_type, aggregate_id, event_type, payload,
-		headers, topic, partition_key,
-		status INTEGER NOT NULL DEFAULT 0, retry_count INTEGER NOT NULL DEFAULT 0, next_retry_at,
-		created_at NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at NOT NULL DEFAULT CURRENT_TIMESTAMP)`
-	s, err := sqlitestore.New(db)
-	require.NoError(t, err)
-
-	byName := sqltest.MalformedRows(t, s, db, ddl,
-		sqltest.Malformed{Name: "NumbersAreText", AggID: int64(42), Payload: int64(7)},
-		sqltest.Malformed{Name: "PayloadBlobJSON", AggID: "1", Payload: []byte(`{"b":true}`)},
-		sqltest.Malformed{Name: "PayloadNotUTF8", AggID: "1", Payload: []byte("\"\xff\xfe\""), WantErr: "payload is not valid UTF-8"},
-		sqltest.Malformed{Name: "AggregateIDNotUTF8", AggID: []byte("\xff"), Payload: `{}`, WantErr: "aggregate_id is not valid UTF-8"},
-		sqltest.Malformed{Name: "HeadersNotStrings", AggID: "1", Payload: `{}`, Hdr: `{"k":1}`,
-			WantErr: "headers are not a JSON object of strings"},
-	)
-	require.Equal(t, "42", byName["NumbersAreText"].AggregateID)
-	require.JSONEq(t, `7`, string(byName["NumbersAreText"].Payload))
 }

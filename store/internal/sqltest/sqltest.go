@@ -56,11 +56,11 @@ func Count(t *testing.T, db *sql.DB, from string) int {
 	return n
 }
 
-// WriterTransaction writes messages and a row of a business table (made by
+// writerTransaction writes messages and a row of a business table (made by
 // ordersDDL, a table orders with an auto-numbered id and a text status) in
 // one transaction, rolled back and then committed: the messages go with
 // the business row.
-func WriterTransaction(t *testing.T, s Store, db *sql.DB, ordersDDL string) {
+func writerTransaction(t *testing.T, s Store, db *sql.DB, ordersDDL string) {
 	t.Helper()
 	ctx := t.Context()
 	w := outbox.NewWriter(s)
@@ -86,7 +86,7 @@ func WriterTransaction(t *testing.T, s Store, db *sql.DB, ordersDDL string) {
 	}
 }
 
-// TableName is a case of [WithTable]: a name given to WithTable and whether
+// TableName is a case of the WithTable check: a name given to WithTable and whether
 // New takes it.
 type TableName struct {
 	Name string
@@ -113,11 +113,11 @@ var tableNames = []TableName{
 	{"tablé", false},
 }
 
-// WithTable checks the table names New takes (and Table then returns) and
+// withTable checks the table names New takes (and Table then returns) and
 // those it refuses with an error naming WithTable: the names all stores
 // share, then more. newStore is New with WithTable(name), on a *sql.DB
 // that is never used.
-func WithTable[S interface{ Table() string }](t *testing.T, newStore func(table string) (S, error), more ...TableName) {
+func withTable[S Store](t *testing.T, newStore func(table string) (S, error), more ...TableName) {
 	t.Helper()
 	for _, c := range append(tableNames[:len(tableNames):len(tableNames)], more...) {
 		t.Run(fmt.Sprintf("%q", c.Name), func(t *testing.T) {
@@ -134,39 +134,100 @@ func WithTable[S interface{ Table() string }](t *testing.T, newStore func(table 
 	}
 }
 
-// Harness is how a database/sql store plugs into [Migrate].
-type Harness struct {
-	// Handles returns n handles on one empty database of t's own, each its
-	// own *sql.DB (as separate processes would have), closed when t ends.
-	Handles func(t *testing.T, n int) []*sql.DB
-	// New returns a Store on db's table outbox_message.
-	New func(db *sql.DB) (Store, error)
+// Harness is how a database/sql store, of type S with options of type O,
+// plugs into [Run].
+type Harness[S Store, O any] struct {
+	// Database returns the name of an empty database of t's own (a DSN, a
+	// file's path) that Open opens.
+	Database func(t testing.TB) string
+	Open     func(name string) (*sql.DB, error)
+	// New and WithTable are the store's.
+	New       func(db *sql.DB, opts ...O) (S, error)
+	WithTable func(table string) O
 	// ErrNoTable is what the Store's calls match when the table is missing.
 	ErrNoTable error
+	// Migrators is how many handles migrate the same database at once.
+	Migrators int
+	// TableNames are the names New takes or refuses beyond those all stores
+	// share (the longest name, qualified and quoted names).
+	TableNames []TableName
 	// NoContractDDL makes a table outbox_message with an id, a message_id
 	// and a payload, and no other column.
 	NoContractDDL string
-	// Migrators is how many handles migrate the same database at once.
-	Migrators int
+	// OrdersDDL makes a business table orders with an auto-numbered id and
+	// a text status.
+	OrdersDDL string
+	// MalformedDDL makes a table outbox_message loose enough to hold the
+	// malformed rows, Malformed the rows planted beyond those all stores
+	// share.
+	MalformedDDL string
+	Malformed    []Malformed
 }
 
-func (h Harness) store(t *testing.T, db *sql.DB) Store {
+// handles returns n handles on one empty database of t's own, each its own
+// *sql.DB (as separate processes would have), closed when t ends.
+func (h Harness[S, O]) handles(t *testing.T, n int) []*sql.DB {
+	t.Helper()
+	name := h.Database(t)
+	dbs := make([]*sql.DB, n)
+	for i := range dbs {
+		db, err := h.Open(name)
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		dbs[i] = db
+	}
+	return dbs
+}
+
+func (h Harness[S, O]) store(t *testing.T, db *sql.DB) S {
 	t.Helper()
 	s, err := h.New(db)
 	require.NoError(t, err)
 	return s
 }
 
-// Migrate runs, as parallel subtests, the checks of Migrate and of the
+// Run runs, in parallel subtests, the checks that the database/sql stores
+// share beyond storetest: the table names New takes and refuses, New's
+// panic on a nil *sql.DB, Migrate (see [Migrate]), a Writer's messages in
+// a business transaction, and the malformed rows a hand-made table holds.
+func Run[S Store, O any](t *testing.T, h Harness[S, O]) {
+	t.Helper()
+	t.Run("WithTable", func(t *testing.T) {
+		t.Parallel()
+		withTable(t, func(table string) (S, error) { return h.New(&sql.DB{}, h.WithTable(table)) }, h.TableNames...)
+	})
+	t.Run("NewPanicsOnNilDB", func(t *testing.T) {
+		t.Parallel()
+		require.Panics(t, func() { _, _ = h.New(nil) })
+	})
+	t.Run("Migrate", func(t *testing.T) {
+		t.Parallel()
+		migrate(t, h)
+	})
+	t.Run("WriterTransaction", func(t *testing.T) {
+		t.Parallel()
+		db := h.handles(t, 1)[0]
+		s := h.store(t, db)
+		require.NoError(t, s.Migrate(t.Context()))
+		writerTransaction(t, s, db, h.OrdersDDL)
+	})
+	t.Run("MalformedRows", func(t *testing.T) {
+		t.Parallel()
+		db := h.handles(t, 1)[0]
+		malformedRows(t, h.store(t, db), db, h.MalformedDDL, h.Malformed...)
+	})
+}
+
+// migrate runs, as parallel subtests, the checks of Migrate and of the
 // table's detection that the stores share: Migrate twice keeps the rows,
 // several handles migrate one database at once, a missing table is
 // reported (and found once migrated), a table without the contract's
 // columns names them.
-func Migrate(t *testing.T, h Harness) {
+func migrate[S Store, O any](t *testing.T, h Harness[S, O]) {
 	t.Helper()
 	t.Run("TwiceKeepsRows", func(t *testing.T) {
 		t.Parallel()
-		db := h.Handles(t, 1)[0]
+		db := h.handles(t, 1)[0]
 		s := h.store(t, db)
 		require.NoError(t, s.Migrate(t.Context()))
 		require.NoError(t, Write(db, s)(t.Context(), Msg("a", "1")))
@@ -175,7 +236,7 @@ func Migrate(t *testing.T, h Harness) {
 	})
 	t.Run("ConcurrentFromSeveralHandles", func(t *testing.T) {
 		t.Parallel()
-		dbs := h.Handles(t, h.Migrators)
+		dbs := h.handles(t, h.Migrators)
 		errs := make(chan error, len(dbs))
 		for _, db := range dbs {
 			s := h.store(t, db)
@@ -187,7 +248,7 @@ func Migrate(t *testing.T, h Harness) {
 	})
 	t.Run("MissingTableIsReported", func(t *testing.T) {
 		t.Parallel()
-		s := h.store(t, h.Handles(t, 1)[0])
+		s := h.store(t, h.handles(t, 1)[0])
 		_, err := s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
 		require.ErrorIs(t, err, h.ErrNoTable)
 		require.NoError(t, s.Migrate(t.Context()))
@@ -196,7 +257,7 @@ func Migrate(t *testing.T, h Harness) {
 	})
 	t.Run("TableWithoutContractColumns", func(t *testing.T) {
 		t.Parallel()
-		db := h.Handles(t, 1)[0]
+		db := h.handles(t, 1)[0]
 		_, err := db.Exec(h.NoContractDDL)
 		require.NoError(t, err)
 		s := h.store(t, db)
@@ -205,32 +266,36 @@ func Migrate(t *testing.T, h Harness) {
 	})
 }
 
-// Malformed is a row of [MalformedRows]: its aggregate_id, payload,
-// headers and topic as bound in the INSERT, and the text the error of its
-// Claim.Malformed entry contains ("" for a well-formed row).
+// Malformed is a row of the MalformedRows check: its aggregate_id,
+// payload, headers and topic as bound in the INSERT, and the text the
+// error of its Claim.Malformed entry contains ("" for a well-formed row,
+// which Check, if set, checks further).
 type Malformed struct {
 	Name                       string
 	AggID, Payload, Hdr, Topic any
 	WantErr                    string
+	Check                      func(t *testing.T, m *outbox.Message)
 }
 
 // malformed are the rows every store's hand-made table can hold and reads
 // alike.
 var malformed = []Malformed{
-	{"Good", "1", `{"a":1}`, `{"k":"v"}`, "t", ""},
-	{"PayloadNotJSON", "1", `{"a":`, nil, nil, "payload is not valid JSON"},
-	{"PayloadEmpty", "1", ``, nil, nil, "payload is not valid JSON"},
-	{"AggregateIDEmpty", "", `{}`, nil, nil, "aggregate_id is empty"},
-	{"HeadersNotJSON", "1", `{}`, `k=v`, nil, "headers are not a JSON object of strings"},
-	{"TopicNotUTF8", "1", `{}`, nil, []byte("\xc3"), "topic is not valid UTF-8"},
+	{Name: "Good", AggID: "1", Payload: `{"a":1}`, Hdr: `{"k":"v"}`, Topic: "t", Check: func(t *testing.T, m *outbox.Message) {
+		require.Equal(t, map[string]string{"k": "v"}, m.Headers)
+		require.Equal(t, "t", m.Topic)
+	}},
+	{Name: "PayloadNotJSON", AggID: "1", Payload: `{"a":`, WantErr: "payload is not valid JSON"},
+	{Name: "PayloadEmpty", AggID: "1", Payload: ``, WantErr: "payload is not valid JSON"},
+	{Name: "AggregateIDEmpty", AggID: "", Payload: `{}`, WantErr: "aggregate_id is empty"},
+	{Name: "HeadersNotJSON", AggID: "1", Payload: `{}`, Hdr: `k=v`, WantErr: "headers are not a JSON object of strings"},
+	{Name: "TopicNotUTF8", AggID: "1", Payload: `{}`, Topic: []byte("\xc3"), WantErr: "topic is not valid UTF-8"},
 }
 
-// MalformedRows plants, in the table outbox_message of db that ddl makes
+// malformedRows plants, in the table outbox_message of db that ddl makes
 // (loose enough to hold them), the rows every store reads alike and more,
-// one claim takes them all: each well-formed row among the messages, each
-// other in Claim.Malformed with its error. It returns the messages by case
-// name.
-func MalformedRows(t *testing.T, s outbox.Store, db *sql.DB, ddl string, more ...Malformed) map[string]*outbox.Message {
+// and one claim takes them all: each well-formed row among the messages,
+// each other in Claim.Malformed with its error.
+func malformedRows(t *testing.T, s outbox.Store, db *sql.DB, ddl string, more ...Malformed) {
 	t.Helper()
 	ctx := t.Context()
 	_, err := db.ExecContext(ctx, ddl)
@@ -262,12 +327,12 @@ func MalformedRows(t *testing.T, s outbox.Store, db *sql.DB, ddl string, more ..
 		require.True(t, ok, "%s not claimed", c.Name)
 		if c.WantErr == "" {
 			require.Empty(t, e, c.Name)
+			if c.Check != nil {
+				c.Check(t, byName[c.Name])
+			}
 		} else {
 			require.Contains(t, e, c.WantErr, c.Name)
 		}
 	}
 	require.Equal(t, "Good", names[cl.Messages[0].RowID])
-	require.Equal(t, map[string]string{"k": "v"}, byName["Good"].Headers)
-	require.Equal(t, "t", byName["Good"].Topic)
-	return byName
 }
