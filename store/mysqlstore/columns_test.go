@@ -28,7 +28,7 @@ func mappedTable(t *testing.T) (db, mapped *sql.DB) {
 	s, err := mysqlstore.New(db, mysqlstore.WithTable("mapped_outbox"))
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(t.Context()))
-	var alter []string
+	var alter []string // one ALTER TABLE: the suite makes a mapped table for each of its subtests
 	for c, to := range renamed {
 		if c != to {
 			alter = append(alter, fmt.Sprintf("RENAME COLUMN %s TO %s", c, to))

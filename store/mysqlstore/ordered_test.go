@@ -16,23 +16,13 @@ import (
 )
 
 // orderedStore returns a migrated Store on a database of the test's own.
-func orderedStore(t *testing.T) (*Store, *sql.DB) {
-	t.Helper()
-	db := testDB(t)
-	s, err := New(db)
-	require.NoError(t, err)
-	require.NoError(t, s.Migrate(t.Context()))
-	return s, db
-}
+func orderedStore(t *testing.T) (*Store, *sql.DB) { return sqltest.Migrated(t, New, testDB(t)) }
 
 // testDB opens a database of the test's own.
 func testDB(t *testing.T) *sql.DB {
 	t.Helper()
 	_, dsn := testsvc.MySQLDatabase(t)
-	db, err := Open(dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	return db
+	return sqltest.OpenDB(t, Open, dsn)
 }
 
 // explain returns EXPLAIN q, a line a row (see explainRows).

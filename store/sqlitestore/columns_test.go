@@ -2,7 +2,6 @@ package sqlitestore_test
 
 import (
 	"database/sql"
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -26,12 +25,7 @@ func mappedTable(t *testing.T) (db, mapped *sql.DB) {
 	s, err := sqlitestore.New(db, sqlitestore.WithTable("mapped_outbox"))
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(t.Context()))
-	for c, to := range renamed {
-		if c != to {
-			_, err = db.ExecContext(t.Context(), fmt.Sprintf("ALTER TABLE mapped_outbox RENAME COLUMN %s TO %s", c, to))
-			require.NoError(t, err)
-		}
-	}
+	sqltest.RenameColumns(t, db, "mapped_outbox", renamed)
 	full, err := sqlitestore.DSN(dsn)
 	require.NoError(t, err)
 	mapped = testsvc.RewritingDB(t, db.Driver(), full, func(q string) string { return sqlitestore.MapSQL(renamed, q) })

@@ -13,22 +13,12 @@ import (
 )
 
 // orderedStore returns a migrated Store on a database file of the test's own.
-func orderedStore(t *testing.T) (*Store, *sql.DB) {
-	t.Helper()
-	db := testDB(t)
-	s, err := New(db)
-	require.NoError(t, err)
-	require.NoError(t, s.Migrate(t.Context()))
-	return s, db
-}
+func orderedStore(t *testing.T) (*Store, *sql.DB) { return sqltest.Migrated(t, New, testDB(t)) }
 
 // testDB opens a database file of the test's own.
 func testDB(t *testing.T) *sql.DB {
 	t.Helper()
-	db, err := Open(testsvc.SQLitePath(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	return db
+	return sqltest.OpenDB(t, Open, testsvc.SQLitePath(t))
 }
 
 // queryPlan returns EXPLAIN QUERY PLAN q, its details joined by "; ".

@@ -171,10 +171,7 @@ func (h Harness[S, O]) handles(t *testing.T, n int) []*sql.DB {
 	name := h.Database(t)
 	dbs := make([]*sql.DB, n)
 	for i := range dbs {
-		db, err := h.Open(name)
-		require.NoError(t, err)
-		t.Cleanup(func() { db.Close() })
-		dbs[i] = db
+		dbs[i] = OpenDB(t, h.Open, name)
 	}
 	return dbs
 }
@@ -335,4 +332,34 @@ func malformedRows(t *testing.T, s outbox.Store, db *sql.DB, ddl string, more ..
 		}
 	}
 	require.Equal(t, "Good", names[cl.Messages[0].RowID])
+}
+
+// OpenDB opens the database name with open and closes it when t ends.
+func OpenDB(t testing.TB, open func(name string) (*sql.DB, error), name string) *sql.DB {
+	t.Helper()
+	db, err := open(name)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// Migrated returns a store newStore makes on db, its table migrated, and db.
+func Migrated[S Store, O any](t testing.TB, newStore func(db *sql.DB, opts ...O) (S, error), db *sql.DB) (S, *sql.DB) {
+	t.Helper()
+	s, err := newStore(db)
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(t.Context()))
+	return s, db
+}
+
+// RenameColumns renames the columns of table on db as cols says, one ALTER
+// TABLE a column.
+func RenameColumns(t testing.TB, db *sql.DB, table string, cols map[string]string) {
+	t.Helper()
+	for c, to := range cols {
+		if c != to {
+			_, err := db.ExecContext(t.Context(), fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", table, c, to))
+			require.NoError(t, err)
+		}
+	}
 }

@@ -69,12 +69,7 @@ func StatementsGolden[S any](t *testing.T, h Statements[S]) {
 	t.Run("Mapped", func(t *testing.T) {
 		t.Parallel()
 		_, db := h.Shapes[0].Open(t)
-		for c, to := range h.Renamed {
-			if c != to {
-				_, err := db.ExecContext(t.Context(), fmt.Sprintf("ALTER TABLE outbox_message RENAME COLUMN %s TO %s", c, to))
-				require.NoError(t, err)
-			}
-		}
+		RenameColumns(t, db, "outbox_message", h.Renamed)
 		s, err := h.Mapped(db, h.Renamed)
 		require.NoError(t, err)
 		h.Golden(t, "statements_mapped.golden", h.dump(t, s, db))
