@@ -59,21 +59,14 @@ func openDB(t *testing.T) (*sql.DB, string) {
 func newStore(t *testing.T, opts ...mysqlstore.Option) (*mysqlstore.Store, *sql.DB) {
 	t.Helper()
 	db, _ := openDB(t)
-	s, err := mysqlstore.New(db, opts...)
-	require.NoError(t, err)
-	require.NoError(t, s.Migrate(t.Context()))
-	return s, db
+	return sqltest.Migrated(t, mysqlstore.New, db, opts...)
 }
 
 // pastedStore returns a store on the pasted table, not migrated.
 func pastedStore(t *testing.T) (*mysqlstore.Store, *sql.DB) {
 	t.Helper()
 	db, _ := openDB(t)
-	_, err := db.ExecContext(t.Context(), fmt.Sprintf(pastedDDL, "outbox_message"))
-	require.NoError(t, err)
-	s, err := mysqlstore.New(db)
-	require.NoError(t, err)
-	return s, db
+	return sqltest.OnTable(t, mysqlstore.New, db, fmt.Sprintf(pastedDDL, "outbox_message"))
 }
 
 func mysqlTime(tm time.Time) any { return tm.UTC().Format("2006-01-02 15:04:05.000000") }

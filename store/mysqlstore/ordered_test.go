@@ -74,8 +74,7 @@ func TestOrderedClaimPlans(t *testing.T) {
 // TestOrderedClaimBeyondTheWindow: see sqltest.OrderedBeyondTheWindow.
 func TestOrderedClaimBeyondTheWindow(t *testing.T) {
 	t.Parallel()
-	s, db := orderedStore(t)
-	sqltest.OrderedBeyondTheWindow(t, s, db)
+	sqltest.OrderedBeyondTheWindow(t, orderedStore)
 }
 
 // TestOrderedProbesReadOneEntry runs the walk and the read of runs over a
@@ -190,14 +189,6 @@ func TestOrderedClaimFewAggregatesSkipsTheWalk(t *testing.T) {
 		require.Equal(t, st.want, got, st.name)
 		require.Equal(t, st.wantFew, s.fewAggregates(p), st.name)
 	}
-}
-
-// TestOrderedClaimDeadPolicyBeyondTheWindow: see
-// sqltest.OrderedDeadPolicyBeyondTheWindow.
-func TestOrderedClaimDeadPolicyBeyondTheWindow(t *testing.T) {
-	t.Parallel()
-	s, db := orderedStore(t)
-	sqltest.OrderedDeadPolicyBeyondTheWindow(t, s, db)
 }
 
 // TestMigrateAddsTheHeadIndex checks that Migrate gives a pasted table the

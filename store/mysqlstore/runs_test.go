@@ -17,18 +17,13 @@ import (
 // contract's columns and indexes (the seed's DDL).
 func contractStore(t *testing.T) (*Store, *sql.DB) {
 	t.Helper()
-	db := testDB(t)
-	_, err := db.Exec(`CREATE TABLE outbox_message (
+	return sqltest.OnTable(t, New, testDB(t), `CREATE TABLE outbox_message (
 		id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, message_id VARCHAR(64) NOT NULL UNIQUE,
 		aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(64) NOT NULL, event_type VARCHAR(64) NOT NULL,
 		payload JSON NOT NULL, status TINYINT NOT NULL DEFAULT 0, retry_count INT NOT NULL DEFAULT 0,
 		next_retry_at DATETIME(6) NULL, created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
 		updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
 		INDEX (status, next_retry_at), INDEX (aggregate_type, aggregate_id)) ENGINE = InnoDB`)
-	require.NoError(t, err)
-	s, err := New(db)
-	require.NoError(t, err)
-	return s, db
 }
 
 // bothTables runs f on a migrated table and on one with only the contract's indexes.

@@ -6,22 +6,19 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/store/internal/sqltest"
 )
 
 // bareStore returns a Store on a table with the contract's columns and no
 // index but its primary key.
 func bareStore(t *testing.T) (*Store, *sql.DB) {
 	t.Helper()
-	db := testDB(t)
-	_, err := db.Exec(`CREATE TABLE outbox_message (
+	return sqltest.OnTable(t, New, testDB(t), `CREATE TABLE outbox_message (
 		id BIGINT AUTO_INCREMENT PRIMARY KEY, message_id VARCHAR(64) NOT NULL,
 		aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(64) NOT NULL, event_type VARCHAR(64) NOT NULL,
 		payload LONGTEXT NOT NULL, status INT NOT NULL DEFAULT 0, retry_count INT NOT NULL DEFAULT 0,
 		next_retry_at DATETIME(6) NULL, created_at DATETIME(6) NOT NULL, updated_at DATETIME(6) NOT NULL)`)
-	require.NoError(t, err)
-	s, err := New(db)
-	require.NoError(t, err)
-	return s, db
 }
 
 // TestParseTime: go-sql-driver's times (parseTime=true) are read by their

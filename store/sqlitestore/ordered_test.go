@@ -65,16 +65,7 @@ func TestOrderedClaimPlans(t *testing.T) {
 // TestOrderedClaimBeyondTheWindow: see sqltest.OrderedBeyondTheWindow.
 func TestOrderedClaimBeyondTheWindow(t *testing.T) {
 	t.Parallel()
-	s, db := orderedStore(t)
-	sqltest.OrderedBeyondTheWindow(t, s, db)
-}
-
-// TestOrderedClaimDeadPolicyBeyondTheWindow: see
-// sqltest.OrderedDeadPolicyBeyondTheWindow.
-func TestOrderedClaimDeadPolicyBeyondTheWindow(t *testing.T) {
-	t.Parallel()
-	s, db := orderedStore(t)
-	sqltest.OrderedDeadPolicyBeyondTheWindow(t, s, db)
+	sqltest.OrderedBeyondTheWindow(t, orderedStore)
 }
 
 // TestOrderedClaimWithoutTheHeadIndex runs ordered claims on a team's table

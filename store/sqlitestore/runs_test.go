@@ -4,8 +4,6 @@ import (
 	"database/sql"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/outboxkit/outbox/store/internal/sqltest"
 )
 
@@ -13,21 +11,13 @@ import (
 // table with only the contract's columns and indexes.
 func contractStore(t *testing.T) (*Store, *sql.DB) {
 	t.Helper()
-	db := testDB(t)
-	for _, q := range []string{`CREATE TABLE outbox_message (
+	return sqltest.OnTable(t, New, testDB(t), `CREATE TABLE outbox_message (
 		id INTEGER PRIMARY KEY AUTOINCREMENT, message_id TEXT NOT NULL UNIQUE, aggregate_type TEXT NOT NULL,
 		aggregate_id TEXT NOT NULL, event_type TEXT NOT NULL, payload TEXT NOT NULL, status INTEGER NOT NULL DEFAULT 0,
 		retry_count INTEGER NOT NULL DEFAULT 0, next_retry_at TEXT, created_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,
-		updated_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)`,
-		"CREATE INDEX outbox_status ON outbox_message (status, next_retry_at)",
-		"CREATE INDEX outbox_aggregate ON outbox_message (aggregate_type, aggregate_id)",
-	} {
-		_, err := db.Exec(q)
-		require.NoError(t, err)
-	}
-	s, err := New(db)
-	require.NoError(t, err)
-	return s, db
+		updated_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP);
+	CREATE INDEX outbox_status ON outbox_message (status, next_retry_at);
+	CREATE INDEX outbox_aggregate ON outbox_message (aggregate_type, aggregate_id)`)
 }
 
 // TestRunsClaim checks what ends a run (sqltest.RunsClaim). (SQLite has one

@@ -65,10 +65,7 @@ func openDB(t *testing.T) (*sql.DB, string) {
 func newStore(t *testing.T, opts ...sqlitestore.Option) (*sqlitestore.Store, *sql.DB) {
 	t.Helper()
 	db, _ := openDB(t)
-	s, err := sqlitestore.New(db, opts...)
-	require.NoError(t, err)
-	require.NoError(t, s.Migrate(t.Context()))
-	return s, db
+	return sqltest.Migrated(t, sqlitestore.New, db, opts...)
 }
 
 // retryBusy makes write try again, up to five more times, when SQLite
@@ -97,11 +94,7 @@ func isBusy(err error) bool {
 func handMadeStore(t *testing.T) (*sqlitestore.Store, *sql.DB) {
 	t.Helper()
 	db, _ := openDB(t)
-	_, err := db.ExecContext(t.Context(), fmt.Sprintf(contractDDL, "outbox_message"))
-	require.NoError(t, err)
-	s, err := sqlitestore.New(db)
-	require.NoError(t, err)
-	return s, db
+	return sqltest.OnTable(t, sqlitestore.New, db, fmt.Sprintf(contractDDL, "outbox_message"))
 }
 
 func sqliteTime(tm time.Time) any { return tm.UTC().Format("2006-01-02 15:04:05.000000") }
@@ -120,10 +113,8 @@ func TestStore(t *testing.T) {
 		},
 		ContractOnly: func(t *testing.T) *storetest.Fixture {
 			db, _ := openDB(t)
-			_, err := db.ExecContext(t.Context(), fmt.Sprintf(contractDDL, "legacy_outbox"))
-			require.NoError(t, err)
-			s, err := sqlitestore.New(db, sqlitestore.WithTable("legacy_outbox"))
-			require.NoError(t, err)
+			s, db := sqltest.OnTable(t, sqlitestore.New, db, fmt.Sprintf(contractDDL, "legacy_outbox"),
+				sqlitestore.WithTable("legacy_outbox"))
 			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: "legacy_outbox"}
 		},
 		InvalidJSON: true,

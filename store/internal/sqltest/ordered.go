@@ -53,12 +53,29 @@ func ClaimOrdered(t *testing.T, s outbox.Store, limit int, blockOnDead bool) ([]
 	return got, c.Messages
 }
 
-// OrderedBeyondTheWindow writes a deep backlog of one aggregate ahead of
-// twenty others and leases its first row, on a migrated table of db: the
-// rows at the front of the backlog are then all blocked, so the runs they
-// would make are empty, and the claim takes heads instead; the twenty heads
-// lie beyond the walk's window, and the claim finds them, oldest first.
-func OrderedBeyondTheWindow(t *testing.T, s Store, db *sql.DB) {
+// OrderedBeyondTheWindow runs, in parallel subtests on migrated tables
+// that migrated opens, the ordered claims over rows beyond the window of
+// the claim's walk: heads and the dead policy.
+func OrderedBeyondTheWindow[S Store](t *testing.T, migrated func(*testing.T) (S, *sql.DB)) {
+	t.Helper()
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T, Store, *sql.DB)
+	}{{"Heads", headsBeyondTheWindow}, {"DeadPolicy", deadPolicyBeyondTheWindow}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s, db := migrated(t)
+			c.run(t, s, db)
+		})
+	}
+}
+
+// headsBeyondTheWindow writes a deep backlog of one aggregate ahead of
+// twenty others and leases its first row: the rows at the front of the
+// backlog are then all blocked, so the runs they would make are empty, and
+// the claim takes heads instead; the twenty heads lie beyond the walk's
+// window, and the claim finds them, oldest first.
+func headsBeyondTheWindow(t *testing.T, s Store, db *sql.DB) {
 	t.Helper()
 	WriteAgg(t, s, db, "hot", 1000)
 	var want []string
@@ -79,11 +96,10 @@ func OrderedBeyondTheWindow(t *testing.T, s Store, db *sql.DB) {
 		"a run, up to the limit")
 }
 
-// OrderedDeadPolicyBeyondTheWindow checks, on a migrated table of db, that
-// runs and the heads step keep the dead policy: a dead row ends its
-// aggregate's run only with BlockOnDead, even with its aggregate's later
-// rows at the front of the backlog.
-func OrderedDeadPolicyBeyondTheWindow(t *testing.T, s Store, db *sql.DB) {
+// deadPolicyBeyondTheWindow checks that runs and the heads step keep the
+// dead policy: a dead row ends its aggregate's run only with BlockOnDead,
+// even with its aggregate's later rows at the front of the backlog.
+func deadPolicyBeyondTheWindow(t *testing.T, s Store, db *sql.DB) {
 	t.Helper()
 	WriteAgg(t, s, db, "b", 3)
 	WriteAgg(t, s, db, "hot", 400)

@@ -343,12 +343,24 @@ func OpenDB(t testing.TB, open func(name string) (*sql.DB, error), name string) 
 	return db
 }
 
-// Migrated returns a store newStore makes on db, its table migrated, and db.
-func Migrated[S Store, O any](t testing.TB, newStore func(db *sql.DB, opts ...O) (S, error), db *sql.DB) (S, *sql.DB) {
+// Migrated returns the store newStore makes on db with opts, its table
+// migrated, and db.
+func Migrated[S Store, O any](t testing.TB, newStore func(db *sql.DB, opts ...O) (S, error), db *sql.DB, opts ...O) (S, *sql.DB) {
 	t.Helper()
-	s, err := newStore(db)
+	s, err := newStore(db, opts...)
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(t.Context()))
+	return s, db
+}
+
+// OnTable runs ddl on db, which makes a table, and returns the store
+// newStore makes on db with opts, not migrated, and db.
+func OnTable[S Store, O any](t testing.TB, newStore func(db *sql.DB, opts ...O) (S, error), db *sql.DB, ddl string, opts ...O) (S, *sql.DB) {
+	t.Helper()
+	_, err := db.ExecContext(t.Context(), ddl)
+	require.NoError(t, err)
+	s, err := newStore(db, opts...)
+	require.NoError(t, err)
 	return s, db
 }
 
