@@ -26,9 +26,9 @@ func WriteAgg(t *testing.T, s outbox.TxInserter[*sql.Tx], db *sql.DB, agg string
 	require.NoError(t, Write(db, s)(t.Context(), msgs...))
 }
 
-// WriteRows commits one message per "agg#n" (message id agg-n, payload n),
+// writeRows commits one message per "agg#n" (message id agg-n, payload n),
 // in one transaction, in order.
-func WriteRows(t *testing.T, s outbox.TxInserter[*sql.Tx], db *sql.DB, rows ...string) {
+func writeRows(t *testing.T, s outbox.TxInserter[*sql.Tx], db *sql.DB, rows ...string) {
 	t.Helper()
 	var msgs []*outbox.Message
 	for _, r := range rows {
@@ -182,7 +182,7 @@ func RunsClaim[S Store](t *testing.T, migrated, contract func(*testing.T) (S, *s
 		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
 			runcheck.BothTables(t, migrated, contract, func(t *testing.T, s S, db *sql.DB) {
-				WriteRows(t, s, db, "a#0", "b#0", "a#1", "b#1", "a#2", "c#0")
+				writeRows(t, s, db, "a#0", "b#0", "a#1", "b#1", "a#2", "c#0")
 				if tc.Block != nil {
 					got, a := ClaimOrdered(t, s, 1, tc.BlockOnDead)
 					require.Equal(t, []string{"a#0"}, got)
