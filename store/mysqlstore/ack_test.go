@@ -10,21 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/testsvc"
 	"github.com/outboxkit/outbox/store/internal/sqlcore"
+	"github.com/outboxkit/outbox/store/internal/sqltest"
 )
 
 // openInternal returns a migrated Store on a database of t's own.
 func openInternal(t *testing.T, opts ...Option) (*Store, *sql.DB) {
 	t.Helper()
-	_, dsn := testsvc.MySQLDatabase(t)
-	db, err := Open(dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	s, err := New(db, opts...)
-	require.NoError(t, err)
-	require.NoError(t, s.Migrate(t.Context()))
-	return s, db
+	return sqltest.Migrated(t, New, testDB(t), opts...)
 }
 
 // TestAckMixedAttempts acknowledges, across statement boundaries, a batch

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/internal/sqltest"
 	"github.com/outboxkit/outbox/store/mysqlstore"
 	"github.com/outboxkit/outbox/store/storetest"
 )
@@ -59,36 +59,14 @@ func openDB(t *testing.T) (*sql.DB, string) {
 func newStore(t *testing.T, opts ...mysqlstore.Option) (*mysqlstore.Store, *sql.DB) {
 	t.Helper()
 	db, _ := openDB(t)
-	s, err := mysqlstore.New(db, opts...)
-	require.NoError(t, err)
-	require.NoError(t, s.Migrate(t.Context()))
-	return s, db
+	return sqltest.Migrated(t, mysqlstore.New, db, opts...)
 }
 
 // pastedStore returns a store on the pasted table, not migrated.
 func pastedStore(t *testing.T) (*mysqlstore.Store, *sql.DB) {
 	t.Helper()
 	db, _ := openDB(t)
-	_, err := db.ExecContext(t.Context(), fmt.Sprintf(pastedDDL, "outbox_message"))
-	require.NoError(t, err)
-	s, err := mysqlstore.New(db)
-	require.NoError(t, err)
-	return s, db
-}
-
-func writeFunc(db *sql.DB, s *mysqlstore.Store) func(ctx context.Context, msgs ...*outbox.Message) error {
-	w := outbox.NewWriter(s)
-	return func(ctx context.Context, msgs ...*outbox.Message) error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := w.Write(ctx, tx, msgs...); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		return tx.Commit()
-	}
+	return sqltest.OnTable(t, mysqlstore.New, db, fmt.Sprintf(pastedDDL, "outbox_message"))
 }
 
 func mysqlTime(tm time.Time) any { return tm.UTC().Format("2006-01-02 15:04:05.000000") }
@@ -99,68 +77,21 @@ func TestStore(t *testing.T) {
 		Dialect: storetest.MySQL,
 		New: func(t *testing.T) *storetest.Fixture {
 			s, db := newStore(t)
-			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: s.Table()}
+			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: s.Table()}
 		},
 		Chunked: func(t *testing.T, rows int) *storetest.Fixture {
 			s, db := newStore(t, mysqlstore.WithChunkRows(rows))
-			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: s.Table()}
+			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: s.Table()}
 		},
 		ContractOnly: func(t *testing.T) *storetest.Fixture {
 			s, db := pastedStore(t)
-			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: s.Table()}
+			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: s.Table()}
 		},
 		// MariaDB's JSON column checks JSON_VALID: TestMalformedRows plants
 		// invalid JSON in a LONGTEXT table instead.
 		InvalidJSON: false,
 		Time:        mysqlTime,
 	})
-}
-
-func TestWithTable(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		name string
-		ok   bool
-	}{
-		{"outbox_message", true},
-		{"_x", true},
-		{"Outbox2", true},
-		{"shop.outbox", true},
-		{strings.Repeat("a", 64), true},
-		{"", false},
-		{strings.Repeat("a", 65), false},
-		{"1outbox", false},
-		{"x; DROP TABLE y", false},
-		{"a`b", false},
-		{"`outbox`", false},
-		{`a"b`, false},
-		{"a'b", false},
-		{"a b", false},
-		{"a.b.c", false},
-		{".outbox", false},
-		{"outbox.", false},
-		{"outbox_message` WHERE 1=1; --", false},
-		{"outbox\x00", false},
-		{"outbox--", false},
-		{"tablé", false},
-	} {
-		t.Run(fmt.Sprintf("%q", c.name), func(t *testing.T) {
-			s, err := mysqlstore.New(&sql.DB{}, mysqlstore.WithTable(c.name))
-			if c.ok {
-				require.NoError(t, err)
-				require.Equal(t, c.name, s.Table())
-				return
-			}
-			require.Error(t, err)
-			require.Contains(t, err.Error(), "WithTable")
-			require.Nil(t, s)
-		})
-	}
-}
-
-func TestNewPanicsOnNilDB(t *testing.T) {
-	t.Parallel()
-	require.Panics(t, func() { _, _ = mysqlstore.New(nil) })
 }
 
 func TestDSN(t *testing.T) {
@@ -197,121 +128,72 @@ func TestDSN(t *testing.T) {
 	})
 }
 
-func TestMigrate(t *testing.T) {
-	t.Parallel()
-	t.Run("TwiceKeepsRows", func(t *testing.T) {
-		t.Parallel()
-		s, db := newStore(t)
-		require.NoError(t, writeFunc(db, s)(t.Context(), msg("a", "1")))
-		require.NoError(t, s.Migrate(t.Context()))
-		require.Equal(t, 1, count(t, db, "outbox_message"))
-	})
-	t.Run("ConcurrentFromSeveralHandles", func(t *testing.T) {
-		t.Parallel()
-		_, dsn := openDB(t)
-		var wg sync.WaitGroup
-		errs := make(chan error, 4)
-		for range 4 {
-			db, err := mysqlstore.Open(dsn)
-			require.NoError(t, err)
-			t.Cleanup(func() { db.Close() })
-			s, err := mysqlstore.New(db)
-			require.NoError(t, err)
-			wg.Go(func() { errs <- s.Migrate(t.Context()) })
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err)
-		}
-	})
-	t.Run("UpgradesPastedTable", func(t *testing.T) {
-		t.Parallel()
-		s, db := pastedStore(t)
-		ctx := t.Context()
-		write := writeFunc(db, s)
-		require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E",
-			Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}}))
-
-		require.NoError(t, s.Migrate(ctx))
-		require.NoError(t, s.Migrate(ctx), "twice")
-		cols := columnTypes(t, db, "outbox_message")
-		for _, c := range []string{"headers", "topic", "partition_key", "last_error"} {
-			require.Contains(t, cols, c)
-		}
-		require.Equal(t, "datetime", cols["next_retry_at"], "Migrate keeps the table's own column types")
-		require.Equal(t, 1, count(t, db, "outbox_message"), "the row written before survives")
-		var idx int
-		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM information_schema.statistics
-			WHERE table_schema = DATABASE() AND table_name = 'outbox_message' AND index_name = 'idx_status_id'`).Scan(&idx))
-		require.Equal(t, 2, idx, "the (status, id) index is added")
-
-		require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "2", EventType: "E",
-			Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}, Topic: "t1", PartitionKey: "p"}))
-		c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Minute})
-		require.NoError(t, err)
-		require.Len(t, c.Messages, 2)
-		require.Empty(t, c.Messages[0].Headers, "written before the column existed")
-		require.Equal(t, map[string]string{"k": "v"}, c.Messages[1].Headers)
-		require.Equal(t, "t1", c.Messages[1].Topic)
-		require.Equal(t, "p", c.Messages[1].PartitionKey)
-	})
-	t.Run("MissingTableIsReported", func(t *testing.T) {
-		t.Parallel()
-		db, _ := openDB(t)
-		s, err := mysqlstore.New(db)
-		require.NoError(t, err)
-		_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
-		require.ErrorIs(t, err, mysqlstore.ErrNoTable)
-		require.NoError(t, s.Migrate(t.Context()))
-		_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
-		require.NoError(t, err, "a failed detection is not cached")
-	})
-	t.Run("TableWithoutContractColumns", func(t *testing.T) {
-		t.Parallel()
-		db, _ := openDB(t)
-		_, err := db.Exec("CREATE TABLE outbox_message (id BIGINT PRIMARY KEY, message_id VARCHAR(64), payload JSON)")
-		require.NoError(t, err)
-		s, err := mysqlstore.New(db)
-		require.NoError(t, err)
-		_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
-		require.ErrorContains(t, err, "lacks contract columns: aggregate_type, aggregate_id, event_type, status")
+// TestSQLStore runs the checks the database/sql stores share beyond
+// storetest (sqltest.Run).
+func TestSQLStore(t *testing.T) {
+	sqltest.Run(t, sqltest.Harness[*mysqlstore.Store, mysqlstore.Option]{
+		Database: func(t testing.TB) string {
+			_, dsn := testsvc.MySQLDatabase(t)
+			return dsn
+		},
+		Open:       mysqlstore.Open,
+		New:        mysqlstore.New,
+		WithTable:  mysqlstore.WithTable,
+		ErrNoTable: mysqlstore.ErrNoTable,
+		Migrators:  4,
+		TableNames: []sqltest.TableName{
+			{Name: "shop.outbox", OK: true},
+			{Name: strings.Repeat("a", 64), OK: true},
+			{Name: strings.Repeat("a", 65)},
+			{Name: "`outbox`"},
+			{Name: "outbox_message` WHERE 1=1; --"},
+		},
+		NoContractDDL: "CREATE TABLE outbox_message (id BIGINT PRIMARY KEY, message_id VARCHAR(64), payload JSON)",
+		OrdersDDL:     "CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, status VARCHAR(16)) ENGINE=InnoDB",
+		// Rows that a hand-made LONGTEXT table can hold and a JSON column cannot.
+		MalformedDDL: `CREATE TABLE outbox_message (
+			id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, message_id VARCHAR(64), aggregate_type VARCHAR(64),
+			aggregate_id VARCHAR(64), event_type VARCHAR(64), payload LONGTEXT, headers LONGBLOB, topic VARBINARY(255),
+			status TINYINT NOT NULL DEFAULT 0, retry_count INT NOT NULL DEFAULT 0, next_retry_at DATETIME NULL,
+			created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP
+		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
+		Malformed: []sqltest.Malformed{{Name: "HeadersNotUTF8", AggID: "1", Payload: `{}`, Hdr: []byte("{\"k\":\"\xff\"}"),
+			WantErr: "headers is not valid UTF-8"}},
 	})
 }
 
-func TestWriterTransaction(t *testing.T) {
+// TestMigrateUpgradesPastedTable migrates the pasted table: the columns and
+// index it lacks are added, its own types and rows kept.
+func TestMigrateUpgradesPastedTable(t *testing.T) {
 	t.Parallel()
-	s, db := newStore(t)
+	s, db := pastedStore(t)
 	ctx := t.Context()
-	w := outbox.NewWriter(s)
-	_, err := db.ExecContext(ctx, "CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, status VARCHAR(16)) ENGINE=InnoDB")
-	require.NoError(t, err)
+	write := sqltest.Write(db, s)
+	require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E",
+		Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}}))
 
-	for _, commit := range []bool{false, true} {
-		tx, err := db.BeginTx(ctx, nil)
-		require.NoError(t, err)
-		_, err = tx.ExecContext(ctx, "INSERT INTO orders (status) VALUES ('paid')")
-		require.NoError(t, err)
-		require.NoError(t, w.Write(ctx, tx, msg("order", "1"), msg("order", "1")))
-		if commit {
-			require.NoError(t, tx.Commit())
-		} else {
-			require.NoError(t, tx.Rollback())
-		}
-		want := 0
-		if commit {
-			want = 2
-		}
-		require.Equal(t, want, count(t, db, "outbox_message"), "commit=%v", commit)
-		require.Equal(t, want/2, count(t, db, "orders"), "commit=%v", commit)
+	require.NoError(t, s.Migrate(ctx))
+	require.NoError(t, s.Migrate(ctx), "twice")
+	cols := columnTypes(t, db, "outbox_message")
+	for _, c := range []string{"headers", "topic", "partition_key", "last_error"} {
+		require.Contains(t, cols, c)
 	}
+	require.Equal(t, "datetime", cols["next_retry_at"], "Migrate keeps the table's own column types")
+	require.Equal(t, 1, sqltest.Count(t, db, "outbox_message"), "the row written before survives")
+	var idx int
+	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM information_schema.statistics
+		WHERE table_schema = DATABASE() AND table_name = 'outbox_message' AND index_name = 'idx_status_id'`).Scan(&idx))
+	require.Equal(t, 2, idx, "the (status, id) index is added")
 
-	t.Run("DuplicateIsErrDuplicate", func(t *testing.T) {
-		m := msg("order", "2")
-		m.MessageID = "same-id"
-		require.NoError(t, writeFunc(db, s)(ctx, m))
-		require.ErrorIs(t, writeFunc(db, s)(ctx, m), mysqlstore.ErrDuplicate)
-	})
+	require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "2", EventType: "E",
+		Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}, Topic: "t1", PartitionKey: "p"}))
+	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, c.Messages, 2)
+	require.Empty(t, c.Messages[0].Headers, "written before the column existed")
+	require.Equal(t, map[string]string{"k": "v"}, c.Messages[1].Headers)
+	require.Equal(t, "t1", c.Messages[1].Topic)
+	require.Equal(t, "p", c.Messages[1].PartitionKey)
 }
 
 // TestClaimSkipsLockedRows holds row locks in another transaction, as a
@@ -336,9 +218,9 @@ func TestClaimSkipsLockedRows(t *testing.T) {
 			ctx := t.Context()
 			ms := make([]*outbox.Message, 10)
 			for i := range ms {
-				ms[i] = msg("order", fmt.Sprint(i))
+				ms[i] = sqltest.Msg("order", fmt.Sprint(i))
 			}
-			require.NoError(t, writeFunc(db, s)(ctx, ms...))
+			require.NoError(t, sqltest.Write(db, s)(ctx, ms...))
 			ids := rowIDs(t, db)
 
 			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -374,7 +256,7 @@ func TestPastedTableSecondsPrecision(t *testing.T) {
 	s, db := pastedStore(t)
 	ctx := t.Context()
 	before := time.Now().Truncate(time.Second)
-	require.NoError(t, writeFunc(db, s)(ctx, msg("a", "1"), msg("a", "2")))
+	require.NoError(t, sqltest.Write(db, s)(ctx, sqltest.Msg("a", "1"), sqltest.Msg("a", "2")))
 
 	lease := 2 * time.Second
 	start := time.Now() // before the claim: the lease's end is cut to the second below
@@ -424,7 +306,7 @@ func TestSessionTimeZone(t *testing.T) {
 			require.NoError(t, err)
 			ctx := t.Context()
 			require.NoError(t, s.Migrate(ctx))
-			require.NoError(t, writeFunc(db, s)(ctx, msg("a", "1"), msg("a", "2")))
+			require.NoError(t, sqltest.Write(db, s)(ctx, sqltest.Msg("a", "1"), sqltest.Msg("a", "2")))
 
 			cl, err := s.Claim(ctx, outbox.ClaimParams{Limit: 1, Lease: time.Hour})
 			require.NoError(t, err)
@@ -452,84 +334,10 @@ func TestSessionTimeZone(t *testing.T) {
 	}
 }
 
-// TestMalformedRows plants rows that a hand-made LONGTEXT table can hold and
-// a JSON column cannot.
-func TestMalformedRows(t *testing.T) {
-	t.Parallel()
-	db, _ := openDB(t)
-	ctx := t.Context()
-	_, err := db.ExecContext(ctx, `CREATE TABLE outbox_message (
-		id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, message_id VARCHAR(64), aggregate_type VARCHAR(64),
-		aggregate_id VARCHAR(64), event_type VARCHAR(64), payload LONGTEXT, headers LONGBLOB, topic VARBINARY(255),
-		status TINYINT NOT NULL DEFAULT 0, retry_count INT NOT NULL DEFAULT 0, next_retry_at DATETIME NULL,
-		created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP
-	) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`)
-	require.NoError(t, err)
-	s, err := mysqlstore.New(db)
-	require.NoError(t, err)
-
-	cases := []struct {
-		name                   string
-		aggID, payload, header any
-		topic                  any
-		wantErr                string
-	}{
-		{"Good", "1", `{"a":1}`, `{"k":"v"}`, "t", ""},
-		{"PayloadNotJSON", "1", `{"a":`, nil, nil, "payload is not valid JSON"},
-		{"PayloadEmpty", "1", ``, nil, nil, "payload is not valid JSON"},
-		{"AggregateIDEmpty", "", `{}`, nil, nil, "aggregate_id is empty"},
-		{"HeadersNotJSON", "1", `{}`, `k=v`, nil, "headers are not a JSON object of strings"},
-		{"HeadersNotUTF8", "1", `{}`, []byte("{\"k\":\"\xff\"}"), nil, "headers is not valid UTF-8"},
-		{"TopicNotUTF8", "1", `{}`, nil, []byte("\xc3"), "topic is not valid UTF-8"},
-	}
-	names := map[int64]string{}
-	for _, c := range cases {
-		res, err := db.ExecContext(ctx, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload, headers, topic)
-			VALUES (?, 'a', ?, 'E', ?, ?, ?)`, c.name, c.aggID, c.payload, c.header, c.topic)
-		require.NoError(t, err)
-		id, err := res.LastInsertId()
-		require.NoError(t, err)
-		names[id] = c.name
-	}
-	cl, err := s.Claim(ctx, outbox.ClaimParams{Limit: 100, Lease: time.Minute})
-	require.NoError(t, err)
-	got := map[string]string{}
-	for _, m := range cl.Messages {
-		got[names[m.RowID]] = ""
-	}
-	for _, mr := range cl.Malformed {
-		require.Equal(t, 1, mr.Message.Attempt)
-		got[names[mr.Message.RowID]] = mr.Err.Error()
-	}
-	for _, c := range cases {
-		e, ok := got[c.name]
-		require.True(t, ok, "%s not claimed", c.name)
-		if c.wantErr == "" {
-			require.Empty(t, e, c.name)
-		} else {
-			require.Contains(t, e, c.wantErr, c.name)
-		}
-	}
-	require.Equal(t, "Good", names[cl.Messages[0].RowID])
-	require.Equal(t, map[string]string{"k": "v"}, cl.Messages[0].Headers)
-	require.Equal(t, "t", cl.Messages[0].Topic)
-}
-
-func msg(aggType, aggID string) *outbox.Message {
-	return &outbox.Message{AggregateType: aggType, AggregateID: aggID, EventType: "E", Payload: []byte(`{"x":1}`)}
-}
-
 func ack(t *testing.T, s *mysqlstore.Store, msgs ...*outbox.Message) int {
 	t.Helper()
 	n, err := s.Ack(t.Context(), outbox.AckParams{Messages: msgs})
 	require.NoError(t, err)
-	return n
-}
-
-func count(t *testing.T, db *sql.DB, from string) int {
-	t.Helper()
-	var n int
-	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM "+from).Scan(&n))
 	return n
 }
 

@@ -12,53 +12,17 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/internal/sqltest"
 )
 
 // orderedStore returns a migrated Store on a database of the test's own.
-func orderedStore(t *testing.T) (*Store, *sql.DB) {
-	t.Helper()
-	db := testDB(t)
-	s, err := New(db)
-	require.NoError(t, err)
-	require.NoError(t, s.Migrate(t.Context()))
-	return s, db
-}
+func orderedStore(t *testing.T) (*Store, *sql.DB) { return sqltest.Migrated(t, New, testDB(t)) }
 
 // testDB opens a database of the test's own.
 func testDB(t *testing.T) *sql.DB {
 	t.Helper()
 	_, dsn := testsvc.MySQLDatabase(t)
-	db, err := Open(dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
-// writeAgg commits n messages of aggregate agg, numbered from 0 in the payload.
-func writeAgg(t *testing.T, s *Store, db *sql.DB, agg string, n int) {
-	t.Helper()
-	msgs := make([]*outbox.Message, n)
-	for i := range msgs {
-		msgs[i] = &outbox.Message{MessageID: fmt.Sprintf("%s-%d", agg, i), AggregateType: "order", AggregateID: agg,
-			EventType: "E", Payload: fmt.Appendf(nil, "%d", i)}
-	}
-	tx, err := db.BeginTx(t.Context(), nil)
-	require.NoError(t, err)
-	require.NoError(t, outbox.NewWriter[*sql.Tx](s).Write(t.Context(), tx, msgs...))
-	require.NoError(t, tx.Commit())
-}
-
-// claimOrdered makes an ordered claim and returns "agg#n" of each message.
-func claimOrdered(t *testing.T, s *Store, limit int, blockOnDead bool) ([]string, []*outbox.Message) {
-	t.Helper()
-	c, err := s.Claim(t.Context(), outbox.ClaimParams{Limit: limit, Lease: time.Hour, Ordered: true, BlockOnDead: blockOnDead})
-	require.NoError(t, err)
-	require.Empty(t, c.Malformed)
-	var got []string
-	for _, m := range c.Messages {
-		got = append(got, fmt.Sprintf("%s#%s", m.AggregateID, m.Payload))
-	}
-	return got, c.Messages
+	return sqltest.OpenDB(t, Open, dsn)
 }
 
 // explain returns EXPLAIN q, a line a row (see explainRows).
@@ -107,31 +71,10 @@ func TestOrderedClaimPlans(t *testing.T) {
 	require.NotEmpty(t, q)
 }
 
-// TestOrderedClaimBeyondTheWindow writes a deep backlog of one aggregate
-// ahead of twenty others and leases its first row: the rows at the front of
-// the backlog are then all blocked, so the runs they would make are empty,
-// and the claim takes heads instead; the twenty heads lie beyond the walk's
-// window, and the loose scan finds them, oldest first.
+// TestOrderedClaimBeyondTheWindow: see sqltest.OrderedBeyondTheWindow.
 func TestOrderedClaimBeyondTheWindow(t *testing.T) {
 	t.Parallel()
-	s, db := orderedStore(t)
-	writeAgg(t, s, db, "hot", 1000)
-	var want []string
-	for i := range 20 {
-		agg := fmt.Sprintf("a-%02d", i)
-		writeAgg(t, s, db, agg, 2)
-		want = append(want, agg+"#0")
-	}
-	got, hot := claimOrdered(t, s, 1, true)
-	require.Equal(t, []string{"hot#0"}, got)
-	got, msgs := claimOrdered(t, s, 50, true)
-	require.Equal(t, want, got, "the rows blocked behind hot#0 do not starve the other aggregates")
-	n, err := s.Ack(t.Context(), outbox.AckParams{Messages: append(msgs, hot...)})
-	require.NoError(t, err)
-	require.Equal(t, 21, n)
-	got, _ = claimOrdered(t, s, 10, true)
-	require.Equal(t, []string{"hot#1", "hot#2", "hot#3", "hot#4", "hot#5", "hot#6", "hot#7", "hot#8", "hot#9", "hot#10"}, got,
-		"a run, up to the limit")
+	sqltest.OrderedBeyondTheWindow(t, orderedStore)
 }
 
 // TestOrderedProbesReadOneEntry runs the walk and the read of runs over a
@@ -213,7 +156,7 @@ func TestOrderedClaimFewAggregatesSkipsTheWalk(t *testing.T) {
 	writeInterleaved(t, s, db)
 	p := outbox.ClaimParams{Limit: 10, Lease: time.Hour, Ordered: true, BlockOnDead: true}
 
-	got, a0 := claimOrdered(t, s, 1, true) // another relay holds a#0
+	got, a0 := sqltest.ClaimOrdered(t, s, 1, true) // another relay holds a#0
 	require.Equal(t, []string{"a#0"}, got)
 	require.False(t, s.fewAggregates(p), "nothing counted yet")
 
@@ -232,7 +175,7 @@ func TestOrderedClaimFewAggregatesSkipsTheWalk(t *testing.T) {
 		}, want: []string{"a#1", "a#2", "a#3", "a#4", "a#5"}, wantFew: true},
 		{name: "MoreAggregatesThanTheLimit", before: func(t *testing.T) {
 			for i := range 12 {
-				writeAgg(t, s, db, fmt.Sprintf("x-%02d", i), 1)
+				sqltest.WriteAgg(t, s, db, fmt.Sprintf("x-%02d", i), 1)
 			}
 		}, want: []string{"x-00#0", "x-01#0", "x-02#0", "x-03#0", "x-04#0", "x-05#0", "x-06#0", "x-07#0", "x-08#0", "x-09#0"},
 			wantFew: false},
@@ -242,34 +185,10 @@ func TestOrderedClaimFewAggregatesSkipsTheWalk(t *testing.T) {
 		if st.before != nil {
 			st.before(t)
 		}
-		got, _ := claimOrdered(t, s, p.Limit, true)
+		got, _ := sqltest.ClaimOrdered(t, s, p.Limit, true)
 		require.Equal(t, st.want, got, st.name)
 		require.Equal(t, st.wantFew, s.fewAggregates(p), st.name)
 	}
-}
-
-// TestOrderedClaimDeadPolicyBeyondTheWindow checks that runs and the heads
-// step keep the dead policy: a dead row ends its aggregate's run only with
-// BlockOnDead, even with its aggregate's later rows at the front of the
-// backlog.
-func TestOrderedClaimDeadPolicyBeyondTheWindow(t *testing.T) {
-	t.Parallel()
-	s, db := orderedStore(t)
-	writeAgg(t, s, db, "b", 3)
-	writeAgg(t, s, db, "hot", 400)
-	ctx := t.Context()
-	got, msgs := claimOrdered(t, s, 1, true)
-	require.Equal(t, []string{"b#0"}, got)
-	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: []outbox.Dead{{Message: msgs[0], Reason: "poison"}}}))
-
-	got, msgs = claimOrdered(t, s, 10, true)
-	require.Equal(t, []string{"hot#0", "hot#1", "hot#2", "hot#3", "hot#4", "hot#5", "hot#6", "hot#7"}, got,
-		"the dead b#0 holds b#1 back")
-	_, err := s.Ack(ctx, outbox.AckParams{Messages: msgs})
-	require.NoError(t, err)
-	got, _ = claimOrdered(t, s, 10, false)
-	require.Equal(t, []string{"b#1", "b#2", "hot#8", "hot#9", "hot#10", "hot#11", "hot#12", "hot#13", "hot#14", "hot#15"}, got,
-		"without BlockOnDead b#1 goes past the dead b#0")
 }
 
 // TestMigrateAddsTheHeadIndex checks that Migrate gives a pasted table the
@@ -277,11 +196,11 @@ func TestOrderedClaimDeadPolicyBeyondTheWindow(t *testing.T) {
 func TestMigrateAddsTheHeadIndex(t *testing.T) {
 	t.Parallel()
 	s, db := contractStore(t)
-	writeAgg(t, s, db, "hot", 300)
-	writeAgg(t, s, db, "b", 1)
-	got, _ := claimOrdered(t, s, 1, true)
+	sqltest.WriteAgg(t, s, db, "hot", 300)
+	sqltest.WriteAgg(t, s, db, "b", 1)
+	got, _ := sqltest.ClaimOrdered(t, s, 1, true)
 	require.Equal(t, []string{"hot#0"}, got)
-	got, _ = claimOrdered(t, s, 10, true)
+	got, _ = sqltest.ClaimOrdered(t, s, 10, true)
 	require.Equal(t, []string{"b#0"}, got, "without the head index: the walk over the whole backlog finds the head")
 
 	require.NoError(t, s.Migrate(t.Context()))
@@ -318,21 +237,21 @@ func TestOrderedClaimRechecksHeads(t *testing.T) {
 			// Leave room below the first id for the row that shows up late.
 			_, err := db.ExecContext(t.Context(), "ALTER TABLE "+s.table.quoted()+" AUTO_INCREMENT = 100")
 			require.NoError(t, err)
-			writeAgg(t, s, db, "a", 1) // a#0, id 100
-			writeAgg(t, s, db, "b", 1) // b#0, id 101
+			sqltest.WriteAgg(t, s, db, "a", 1) // a#0, id 100
+			sqltest.WriteAgg(t, s, db, "b", 1) // b#0, id 101
 			s.afterLock = func() {
 				s.afterLock = nil
 				_, err := db.ExecContext(t.Context(), "INSERT INTO "+s.table.quoted()+
 					" (id, message_id, aggregate_type, aggregate_id, event_type, payload) VALUES (50, 'a-early', 'order', 'a', 'E', '-1')")
 				require.NoError(t, err)
 			}
-			got, _ := claimOrdered(t, s, 10, true)
+			got, _ := sqltest.ClaimOrdered(t, s, 10, true)
 			require.Equal(t, []string{"b#0"}, got, "a#0 is no longer a head: a row before it committed")
 			var status, retries int
 			require.NoError(t, db.QueryRowContext(t.Context(), "SELECT status, COALESCE(retry_count, 0) FROM "+
 				s.table.quoted()+" WHERE id = 100").Scan(&status, &retries))
 			require.Equal(t, [2]int{0, 0}, [2]int{status, retries}, "the dropped row stays pending, its attempt not counted")
-			got, _ = claimOrdered(t, s, 10, true)
+			got, _ = sqltest.ClaimOrdered(t, s, 10, true)
 			require.Equal(t, []string{"a#-1", "a#0"}, got, "the early row starts the run now")
 		})
 	}

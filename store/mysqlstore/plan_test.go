@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/testsvc"
 	"github.com/outboxkit/outbox/store/storetest"
 )
 
@@ -18,17 +17,11 @@ import (
 // would find nothing to take.
 func TestClaimPlan(t *testing.T) {
 	t.Parallel()
-	_, dsn := testsvc.MySQLDatabase(t)
-	db, err := Open(dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	s, err := New(db)
-	require.NoError(t, err)
+	s, db := orderedStore(t)
 	ctx := t.Context()
-	require.NoError(t, s.Migrate(ctx))
 	// Mostly sent rows over many aggregates, as a table that keeps its sent
 	// rows has, so that the optimizer plans for a real table, not an empty one.
-	_, err = db.ExecContext(ctx, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload, status)
+	_, err := db.ExecContext(ctx, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload, status)
 		WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 999)
 		SELECT CONCAT('m', i), 'order', CONCAT('a', i % 100), 'E', '{}', IF(i < 900, 1, 0) FROM n`)
 	require.NoError(t, err)
@@ -84,12 +77,9 @@ func explainRows(t *testing.T, db *sql.DB, q string, args ...any) []string {
 // row. Then that claims on it take every row once, due rows only.
 func TestClaimPlanContractOnly(t *testing.T) {
 	t.Parallel()
-	_, dsn := testsvc.MySQLDatabase(t)
-	db, err := Open(dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	db := testDB(t)
 	ctx := t.Context()
-	_, err = db.ExecContext(ctx, `CREATE TABLE outbox_message (
+	_, err := db.ExecContext(ctx, `CREATE TABLE outbox_message (
   id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, message_id VARCHAR(64) UNIQUE, aggregate_type VARCHAR(64),
   aggregate_id VARCHAR(64), event_type VARCHAR(64), payload JSON, status TINYINT NOT NULL DEFAULT 0,
   retry_count INT NOT NULL DEFAULT 0, next_retry_at DATETIME NULL,
@@ -139,12 +129,9 @@ func TestClaimPlanContractOnly(t *testing.T) {
 // and that after those statements, as on a migrated table, none is missing.
 func TestMissingIndexes(t *testing.T) {
 	t.Parallel()
-	_, dsn := testsvc.MySQLDatabase(t)
-	db, err := Open(dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	db := testDB(t)
 	ctx := t.Context()
-	_, err = db.ExecContext(ctx, `CREATE TABLE legacy (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, status TINYINT NOT NULL DEFAULT 0,
+	_, err := db.ExecContext(ctx, `CREATE TABLE legacy (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, status TINYINT NOT NULL DEFAULT 0,
 		next_retry_at DATETIME NULL, aggregate_type VARCHAR(64), aggregate_id VARCHAR(64),
 		INDEX (status, next_retry_at), INDEX (aggregate_type, aggregate_id))`)
 	require.NoError(t, err)

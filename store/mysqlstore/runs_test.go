@@ -10,24 +10,20 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/runcheck"
+	"github.com/outboxkit/outbox/store/internal/sqltest"
 )
 
 // contractStore returns a Store on a table of the test's own with only the
 // contract's columns and indexes (the seed's DDL).
 func contractStore(t *testing.T) (*Store, *sql.DB) {
 	t.Helper()
-	db := testDB(t)
-	_, err := db.Exec(`CREATE TABLE outbox_message (
+	return sqltest.OnTable(t, New, testDB(t), `CREATE TABLE outbox_message (
 		id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, message_id VARCHAR(64) NOT NULL UNIQUE,
 		aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(64) NOT NULL, event_type VARCHAR(64) NOT NULL,
 		payload JSON NOT NULL, status TINYINT NOT NULL DEFAULT 0, retry_count INT NOT NULL DEFAULT 0,
 		next_retry_at DATETIME(6) NULL, created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
 		updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
 		INDEX (status, next_retry_at), INDEX (aggregate_type, aggregate_id)) ENGINE = InnoDB`)
-	require.NoError(t, err)
-	s, err := New(db)
-	require.NoError(t, err)
-	return s, db
 }
 
 // bothTables runs f on a migrated table and on one with only the contract's indexes.
@@ -35,106 +31,26 @@ func bothTables(t *testing.T, f func(t *testing.T, s *Store, db *sql.DB)) {
 	runcheck.BothTables(t, orderedStore, contractStore, f)
 }
 
-// TestRunsClaim checks what ends a run: nothing, when nothing blocks; a row
-// leased by another claim, locked by a concurrent claim, waiting out a
-// backoff, or dead under BlockOnDead; and the limit, which cuts runs by id.
+// TestRunsClaim checks what ends a run (sqltest.RunsClaim), and on MySQL
+// also a row locked by a concurrent claim.
 func TestRunsClaim(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name        string
-		blockOnDead bool
-		limit       int
-		// block does something to a#0 (id ids[0]) and a#1 before the claim;
-		// it may return a function that undoes it after the claim.
-		block func(t *testing.T, s *Store, db *sql.DB, a []*outbox.Message) func()
-		want  []string
-	}{
-		{name: "NothingBlocks", limit: 10, want: []string{"a#0", "b#0", "a#1", "b#1", "a#2", "c#0"}},
-		{name: "LimitCutsByID", limit: 4, want: []string{"a#0", "b#0", "a#1", "b#1"}},
-		{name: "Acknowledged", limit: 10, want: []string{"b#0", "a#1", "b#1", "a#2", "c#0"},
-			block: func(t *testing.T, s *Store, _ *sql.DB, a []*outbox.Message) func() {
-				_, err := s.Ack(t.Context(), outbox.AckParams{Messages: a[:1]})
-				require.NoError(t, err)
-				return nil
-			}},
-		{name: "Leased", limit: 10, want: []string{"b#0", "b#1", "c#0"},
-			block: func(*testing.T, *Store, *sql.DB, []*outbox.Message) func() { return nil }}, // a#0 stays leased
-		{name: "Backoff", limit: 10, want: []string{"b#0", "b#1", "c#0"},
-			block: func(t *testing.T, s *Store, _ *sql.DB, a []*outbox.Message) func() {
-				reschedule(t, s, a[0], time.Now().Add(time.Hour))
-				return nil
-			}},
-		{name: "DeadBlocks", blockOnDead: true, limit: 10, want: []string{"b#0", "b#1", "c#0"},
-			block: func(t *testing.T, s *Store, _ *sql.DB, a []*outbox.Message) func() {
-				require.NoError(t, s.Kill(t.Context(), outbox.KillParams{Dead: []outbox.Dead{{Message: a[0], Reason: "poison"}}}))
-				return nil
-			}},
-		{name: "DeadSkipped", limit: 10, want: []string{"b#0", "a#1", "b#1", "a#2", "c#0"},
-			block: func(t *testing.T, s *Store, _ *sql.DB, a []*outbox.Message) func() {
-				require.NoError(t, s.Kill(t.Context(), outbox.KillParams{Dead: []outbox.Dead{{Message: a[0], Reason: "poison"}}}))
-				return nil
-			}},
-		{name: "LockedByAConcurrentClaim", limit: 10, want: []string{"a#0", "b#0", "b#1", "c#0"},
-			block: func(t *testing.T, s *Store, db *sql.DB, a []*outbox.Message) func() {
-				reschedule(t, s, a[0], time.Now().Add(-time.Minute)) // due again
-				tx, err := db.BeginTx(t.Context(), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-				require.NoError(t, err)
-				var id int64
-				require.NoError(t, tx.QueryRowContext(t.Context(), "SELECT id FROM outbox_message WHERE message_id = 'a-1' FOR UPDATE").Scan(&id))
-				return func() { require.NoError(t, tx.Rollback()) }
-			}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			bothTables(t, func(t *testing.T, s *Store, db *sql.DB) {
-				writeRows(t, s, db, "a#0", "b#0", "a#1", "b#1", "a#2", "c#0")
-				if tc.block != nil {
-					_, a := claimOrdered(t, s, 1, tc.blockOnDead) // a#0, leased
-					if undo := tc.block(t, s, db, a); undo != nil {
-						defer undo()
-					}
-				}
-				got, _ := claimOrdered(t, s, tc.limit, tc.blockOnDead)
-				require.Equal(t, tc.want, got)
-			})
-		})
-	}
+	sqltest.RunsClaim(t, orderedStore, contractStore, sqltest.RunsCase{
+		Name: "LockedByAConcurrentClaim", Limit: 10, Want: []string{"a#0", "b#0", "b#1", "c#0"},
+		Block: func(t *testing.T, s outbox.Store, db *sql.DB, a []*outbox.Message) func() {
+			sqltest.Reschedule(t, s, a[0], time.Now().Add(-time.Minute)) // due again
+			tx, err := db.BeginTx(t.Context(), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+			require.NoError(t, err)
+			var id int64
+			require.NoError(t, tx.QueryRowContext(t.Context(), "SELECT id FROM outbox_message WHERE message_id = 'a-1' FOR UPDATE").Scan(&id))
+			return func() { require.NoError(t, tx.Rollback()) }
+		}})
 }
 
-// reschedule makes m due at at.
-func reschedule(t *testing.T, s *Store, m *outbox.Message, at time.Time) {
-	t.Helper()
-	require.NoError(t, s.Reschedule(t.Context(), outbox.RescheduleParams{Retries: []outbox.Retry{{Message: m, At: at}}}))
-}
-
-// writeRows commits one message per "agg#n", in one transaction, in order.
-func writeRows(t *testing.T, s *Store, db *sql.DB, rows ...string) {
-	t.Helper()
-	var msgs []*outbox.Message
-	for _, r := range rows {
-		var agg, n string
-		for i := range r {
-			if r[i] == '#' {
-				agg, n = r[:i], r[i+1:]
-			}
-		}
-		msgs = append(msgs, &outbox.Message{MessageID: agg + "-" + n, AggregateType: "order", AggregateID: agg,
-			EventType: "E", Payload: []byte(n)})
-	}
-	tx, err := db.BeginTx(t.Context(), nil)
-	require.NoError(t, err)
-	require.NoError(t, outbox.NewWriter[*sql.Tx](s).Write(t.Context(), tx, msgs...))
-	require.NoError(t, tx.Commit())
-}
-
-// TestRunsClaimConcurrent runs ordered claimers side by side while writers
-// commit (runcheck.Violations): no message may be claimed before its
-// predecessor was confirmed.
+// TestRunsClaimConcurrent: see sqltest.RunsConcurrent.
 func TestRunsClaimConcurrent(t *testing.T) {
 	t.Parallel()
-	bothTables(t, func(t *testing.T, s *Store, db *sql.DB) {
-		require.Zero(t, runcheck.Violations(t, s, runcheck.SQLWrite(db, outbox.NewWriter[*sql.Tx](s))), "messages claimed before their predecessor was confirmed")
-	})
+	sqltest.RunsConcurrent(t, orderedStore, contractStore, nil)
 }
 
 // TestRunsReadSkipsSentRows runs the read of runs (runsSQL) with ANALYZE on
@@ -196,7 +112,7 @@ func TestRunsReadSkipsSentRows(t *testing.T) {
 func TestRunsClaimChains(t *testing.T) {
 	t.Parallel()
 	bothTables(t, func(t *testing.T, s *Store, db *sql.DB) {
-		writeAgg(t, s, db, "a", 7)
+		sqltest.WriteAgg(t, s, db, "a", 7)
 		claim := func(limit int, chain ...*outbox.Message) ([]string, []*outbox.Message) {
 			t.Helper()
 			return runcheck.ClaimChained(t, s, limit, chain...)

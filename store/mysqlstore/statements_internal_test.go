@@ -4,58 +4,94 @@ import (
 	"database/sql"
 	"flag"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
+	"github.com/outboxkit/outbox/store/internal/sqltest"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden")
 
-// dumpStatements lists every statement the Store builds for a migrated
-// table (its own and sqlcore's), by name, as it runs them.
-func dumpStatements(t *testing.T, s *Store, db *sql.DB) string {
-	t.Helper()
-	info, err := s.tableInfo(t.Context(), db)
-	require.NoError(t, err)
-	stmts, err := s.core.Statements(info.Columns, s.archiveTable().quoted())
-	require.NoError(t, err)
-	maps.Copy(stmts, s.statements(info))
-	var b strings.Builder
-	for _, name := range slices.Sorted(maps.Keys(stmts)) {
-		fmt.Fprintf(&b, "-- %s\n%s\n\n", name, s.sql(stmts[name]))
-	}
-	return b.String()
+// stmts shows sqltest every statement the Store builds (its own and
+// sqlcore's), for each shape of table they depend on.
+var stmts = sqltest.Statements[*Store]{
+	Shapes: []sqltest.Shape[*Store]{
+		{Name: "Migrated", Open: orderedStore}, {Name: "ContractOnly", Open: contractStore}, {Name: "NoIndexes", Open: bareStore}},
+	Of: func(t *testing.T, s *Store, db *sql.DB) (core, own map[string]string) {
+		info, err := s.tableInfo(t.Context(), db)
+		require.NoError(t, err)
+		core, err = s.core.Statements(info.Columns, s.archiveTable().quoted())
+		require.NoError(t, err)
+		return core, s.statements(info)
+	},
+	SQL: (*Store).sql,
+	Archive: func(t *testing.T, s *Store, _ *sql.DB) {
+		_, err := s.ensureArchive(t.Context())
+		require.NoError(t, err)
+	},
+	Mapped:  func(db *sql.DB, cols map[string]string) (*Store, error) { return New(db, WithColumns(cols)) },
+	Renamed: RenamedColumns(),
+	Golden:  func(t *testing.T, name, got string) { testsvc.Golden(t, name, got, *updateGolden) },
 }
 
-// TestStatementsGolden checks every statement a Store without a mapping
-// builds against statements.golden, written before WithColumns came: byte
-// for byte what the Store ran before.
+// TestStatementsGolden: see sqltest.StatementsGolden.
 func TestStatementsGolden(t *testing.T) {
 	t.Parallel()
-	s, db := orderedStore(t)
-	testsvc.Golden(t, "statements.golden", dumpStatements(t, s, db), *updateGolden)
+	sqltest.StatementsGolden(t, stmts)
 }
 
-// TestStatementsGoldenMapped checks every statement a Store with
-// WithColumns(RenamedColumns()) builds, on a table renamed so, against
-// statements_mapped.golden: those of statements.golden with the table's
-// quoted columns.
-func TestStatementsGoldenMapped(t *testing.T) {
+// TestStatementsPrepare: see sqltest.StatementsPrepare; on the server.
+func TestStatementsPrepare(t *testing.T) {
 	t.Parallel()
-	_, db := orderedStore(t)
-	cols := RenamedColumns()
-	for c, to := range cols {
-		if c != to {
-			_, err := db.ExecContext(t.Context(), fmt.Sprintf("ALTER TABLE outbox_message RENAME COLUMN %s TO %s", c, to))
-			require.NoError(t, err)
+	sqltest.StatementsPrepare(t, stmts)
+}
+
+// statements returns, by name, the statements the Store builds itself (not
+// through sqlcore) for a table with info.
+func (s *Store) statements(info tableInfo) map[string]string {
+	t := s.table.quoted()
+	out := map[string]string{
+		"lease":         s.leaseSQL(info) + " WHERE id IN (?, ?)",
+		"reschedule":    s.rescheduleSQL(info.Columns, false, 2),
+		"refund":        s.rescheduleSQL(info.Columns, true, 2),
+		"kill":          s.killSQL(info.Columns, 2),
+		"insert":        s.insertSQL(sqlcore.InsertColumns(info.Columns), 2),
+		"stats":         fmt.Sprintf(statsSQL, t),
+		"payload sizes": fmt.Sprintf(payloadSizesSQL(t, sqlcore.SelectColumns(info.Columns)), "?, ?"),
+		"columns":       columnsSQL,
+		"indexes":       indexesSQL,
+		"primary key":   primaryKeySQL,
+		"database":      databaseSQL,
+		"migrate lock":  migrateLockSQL,
+		"migrate free":  migrateUnlockSQL,
+		"archive any":   fmt.Sprintf(archiveAnySQL, t),
+		"archive pick":  fmt.Sprintf(archivePick, t),
+		"archive like":  fmt.Sprintf(archiveCreate, t, s.archiveTable().quoted()),
+		"archive add":   fmt.Sprintf(archiveAddColumn, t, s.archiveTable().quoted(), "`x`", "INT"),
+	}
+	same := []*outbox.Message{{RowID: 1, Attempt: 1}, {RowID: 2, Attempt: 1}}
+	mixed := []*outbox.Message{{RowID: 1, Attempt: 1}, {RowID: 2, Attempt: 2}}
+	for _, del := range []bool{false, true} {
+		out[fmt.Sprintf("ack delete=%v", del)], _ = s.ackSQL(info, del, same)
+		out[fmt.Sprintf("ack mixed delete=%v", del)], _ = s.ackSQL(info, del, mixed)
+	}
+	for _, p := range sqlcore.ClaimVariants() {
+		name := fmt.Sprintf("claim ordered=%v block=%v payload=%d", p.Ordered, p.BlockOnDead, p.MaxPayload)
+		qs, sel := s.claimSQLs(info, p)
+		for i, q := range qs {
+			out[fmt.Sprintf("%s lock %d", name, i)] = q
+		}
+		if !p.Ordered {
+			continue
+		}
+		out[name+" runs"] = s.runsSQL(info, p, 2)
+		if ord := s.orderedClaimSQL(info, p, sel); ord != nil {
+			out[name+" bound"], out[name+" walk"], out[name+" heads"] = ord.bound, ord.walk, ord.heads
 		}
 	}
-	s, err := New(db, WithColumns(cols))
-	require.NoError(t, err)
-	testsvc.Golden(t, "statements_mapped.golden", dumpStatements(t, s, db), *updateGolden)
+	return out
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
-	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -143,56 +142,43 @@ func (c mappedConn) ResetSession(ctx context.Context) error {
 	return c.Conn.(driver.SessionResetter).ResetSession(ctx)
 }
 
-// TestNewRefusesColumns checks the mappings and options New refuses with
-// WithColumns, each named in the error.
-func TestNewRefusesColumns(t *testing.T) {
+// TestColumnMappings checks the mappings New refuses and a mapped column
+// the table lacks (storetest.RunColumnMappings).
+func TestColumnMappings(t *testing.T) {
 	t.Parallel()
-	pool, _, _ := testsvc.PostgresSchema(t)
-	logOnly := map[string]string{"message_id": "id", "aggregate_type": "aggregatetype", "aggregate_id": "aggregateid",
-		"event_type": "type", "payload": "payload"}
-	for _, tc := range []struct {
-		name string
-		opts []pgstore.Option
-		want string
-	}{
-		{"LogOnly", []pgstore.Option{pgstore.WithColumns(logOnly)}, "log-only mapping"},
-		{"UnknownColumn", []pgstore.Option{pgstore.WithColumns(map[string]string{"colour": "c"})}, `"colour" is not a column`},
-		{"StateInPart", []pgstore.Option{pgstore.WithColumns(map[string]string{"message_id": "a", "aggregate_type": "b",
-			"aggregate_id": "c", "event_type": "d", "payload": "e", "status": "f"})}, "state columns mapped in part"},
-		{"BatchLease", []pgstore.Option{pgstore.WithColumns(renamed), pgstore.WithBatchLease(true)}, "WithBatchLease"},
-		{"NotifyTrigger", []pgstore.Option{pgstore.WithColumns(renamed), pgstore.WithNotifyTrigger(true)}, "WithNotifyTrigger"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := pgstore.New(pool, tc.opts...)
-			require.ErrorContains(t, err, tc.want)
-		})
-	}
-	s, err := pgstore.New(pool, pgstore.WithColumns(renamed))
-	require.NoError(t, err, "a mapping of every column")
-	require.ErrorContains(t, s.Migrate(t.Context()), "WithColumns", "Migrate leaves a mapped table alone")
+	storetest.RunColumnMappings(t, storetest.ColumnsHarness{
+		Renamed: renamed,
+		New: func(t *testing.T) func(cols map[string]string) (storetest.MappedStore, error) {
+			pool, _, _ := testsvc.PostgresSchema(t)
+			return func(cols map[string]string) (storetest.MappedStore, error) {
+				return pgstore.New(pool, pgstore.WithColumns(cols))
+			}
+		},
+		Mapped: func(t *testing.T, cols map[string]string) (storetest.MappedStore, error) {
+			pool, _, _ := testsvc.PostgresSchema(t)
+			mappedTable(t, pool)
+			return pgstore.New(pool, pgstore.WithTable("mapped_outbox"), pgstore.WithColumns(cols))
+		},
+	})
 }
 
-// TestMappedColumnMissing checks that a mapping naming a column the table
-// lacks fails CheckTable and the first claim, with the mapping and the
-// table's columns in the message.
-func TestMappedColumnMissing(t *testing.T) {
+// TestNewRefusesOptionsWithColumns checks the options New refuses with
+// WithColumns, each named in the error.
+func TestNewRefusesOptionsWithColumns(t *testing.T) {
 	t.Parallel()
 	pool, _, _ := testsvc.PostgresSchema(t)
-	mappedTable(t, pool)
-	cols := maps.Clone(renamed)
-	cols["status"] = "ob_state" // misspelt: the table has ob_status
-	s, err := pgstore.New(pool, pgstore.WithTable("mapped_outbox"), pgstore.WithColumns(cols))
-	require.NoError(t, err)
-	for name, err := range map[string]error{
-		"CheckTable": s.CheckTable(t.Context()),
-		"Claim": func() error {
-			_, err := s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
-			return err
-		}(),
+	for _, tc := range []struct {
+		name string
+		opt  pgstore.Option
+		want string
+	}{
+		{"BatchLease", pgstore.WithBatchLease(true), "WithBatchLease"},
+		{"NotifyTrigger", pgstore.WithNotifyTrigger(true), "WithNotifyTrigger"},
 	} {
-		require.ErrorContains(t, err, "status -> ob_state", name)
-		require.ErrorContains(t, err, "status: ob_state", name+": the mapping")
-		require.ErrorContains(t, err, "ob_retry_count, ob_status", name+": the table's columns")
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := pgstore.New(pool, pgstore.WithColumns(renamed), tc.opt)
+			require.ErrorContains(t, err, tc.want)
+		})
 	}
 }
 

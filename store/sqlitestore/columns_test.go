@@ -2,15 +2,12 @@ package sqlitestore_test
 
 import (
 	"database/sql"
-	"fmt"
-	"maps"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/internal/sqltest"
 	"github.com/outboxkit/outbox/store/sqlitestore"
 	"github.com/outboxkit/outbox/store/storetest"
 )
@@ -28,12 +25,7 @@ func mappedTable(t *testing.T) (db, mapped *sql.DB) {
 	s, err := sqlitestore.New(db, sqlitestore.WithTable("mapped_outbox"))
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(t.Context()))
-	for c, to := range renamed {
-		if c != to {
-			_, err = db.ExecContext(t.Context(), fmt.Sprintf("ALTER TABLE mapped_outbox RENAME COLUMN %s TO %s", c, to))
-			require.NoError(t, err)
-		}
-	}
+	sqltest.RenameColumns(t, db, "mapped_outbox", renamed)
 	full, err := sqlitestore.DSN(dsn)
 	require.NoError(t, err)
 	mapped = testsvc.RewritingDB(t, db.Driver(), full, func(q string) string { return sqlitestore.MapSQL(renamed, q) })
@@ -60,58 +52,27 @@ func TestStoreMappedColumns(t *testing.T) {
 		Dialect: storetest.SQLite,
 		New: func(t *testing.T) *storetest.Fixture {
 			s, db, mapped := mappedStore(t)
-			return &storetest.Fixture{Store: s, Write: retryBusy(writeFunc(db, s)), DB: mapped, Table: s.Table()}
+			return &storetest.Fixture{Store: s, Write: retryBusy(sqltest.Write(db, s)), DB: mapped, Table: s.Table()}
 		},
 		Time: sqliteTime,
 	})
 }
 
-// TestNewRefusesColumns checks the mappings New refuses, each named in the
-// error, and that Migrate leaves a mapped table alone.
-func TestNewRefusesColumns(t *testing.T) {
+// TestColumnMappings checks the mappings New refuses and a mapped column
+// the table lacks (storetest.RunColumnMappings).
+func TestColumnMappings(t *testing.T) {
 	t.Parallel()
-	db, _ := openDB(t)
-	logOnly := map[string]string{"message_id": "id", "aggregate_type": "aggregatetype", "aggregate_id": "aggregateid",
-		"event_type": "type", "payload": "payload"}
-	for _, tc := range []struct {
-		name string
-		cols map[string]string
-		want string
-	}{
-		{"LogOnly", logOnly, "log-only mapping"},
-		{"UnknownColumn", map[string]string{"colour": "c"}, `"colour" is not a column`},
-		{"StateInPart", map[string]string{"message_id": "a", "aggregate_type": "b", "aggregate_id": "c",
-			"event_type": "d", "payload": "e", "status": "f"}, "state columns mapped in part"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := sqlitestore.New(db, sqlitestore.WithColumns(tc.cols))
-			require.ErrorContains(t, err, tc.want)
-		})
-	}
-	s, err := sqlitestore.New(db, sqlitestore.WithColumns(renamed))
-	require.NoError(t, err, "a mapping of every column")
-	require.ErrorContains(t, s.Migrate(t.Context()), "WithColumns", "Migrate leaves a mapped table alone")
-}
-
-// TestMappedColumnMissing checks that a mapping naming a column the table
-// lacks fails CheckTable and the first claim, with the mapping and the
-// table's columns in the message.
-func TestMappedColumnMissing(t *testing.T) {
-	t.Parallel()
-	db, _ := mappedTable(t)
-	cols := maps.Clone(renamed)
-	cols["status"] = "ob_state" // misspelt: the table has ob_status
-	s, err := sqlitestore.New(db, sqlitestore.WithTable("mapped_outbox"), sqlitestore.WithColumns(cols))
-	require.NoError(t, err)
-	for name, err := range map[string]error{
-		"CheckTable": s.CheckTable(t.Context()),
-		"Claim": func() error {
-			_, err := s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
-			return err
-		}(),
-	} {
-		require.ErrorContains(t, err, "status -> ob_state", name)
-		require.ErrorContains(t, err, "status: ob_state", name+": the mapping")
-		require.ErrorContains(t, err, "ob_retry_count, ob_status", name+": the table's columns")
-	}
+	storetest.RunColumnMappings(t, storetest.ColumnsHarness{
+		Renamed: renamed,
+		New: func(t *testing.T) func(cols map[string]string) (storetest.MappedStore, error) {
+			db, _ := openDB(t)
+			return func(cols map[string]string) (storetest.MappedStore, error) {
+				return sqlitestore.New(db, sqlitestore.WithColumns(cols))
+			}
+		},
+		Mapped: func(t *testing.T, cols map[string]string) (storetest.MappedStore, error) {
+			db, _ := mappedTable(t)
+			return sqlitestore.New(db, sqlitestore.WithTable("mapped_outbox"), sqlitestore.WithColumns(cols))
+		},
+	})
 }

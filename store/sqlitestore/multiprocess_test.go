@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/internal/sqltest"
 	"github.com/outboxkit/outbox/store/sqlitestore"
 )
 
@@ -144,7 +145,7 @@ func TestSeveralProcessesNeverShareARow(t *testing.T) {
 	for id, n := range counts {
 		require.Equal(t, 1, n, "row %d claimed %d times", id, n)
 	}
-	require.Equal(t, rows, count(t, db, "outbox_message WHERE status = 1 AND retry_count = 1"))
+	require.Equal(t, rows, sqltest.Count(t, db, "outbox_message WHERE status = 1 AND retry_count = 1"))
 }
 
 // TestClaimWithoutImmediateTxLock shows that claims do not depend on Open's
@@ -201,9 +202,9 @@ func fill(t *testing.T, db *sql.DB, s *sqlitestore.Store, n int) {
 	t.Helper()
 	msgs := make([]*outbox.Message, n)
 	for i := range msgs {
-		msgs[i] = msg("order", strconv.Itoa(i))
+		msgs[i] = sqltest.Msg("order", strconv.Itoa(i))
 	}
-	require.NoError(t, writeFunc(db, s)(t.Context(), msgs...))
+	require.NoError(t, sqltest.Write(db, s)(t.Context(), msgs...))
 }
 
 func dbPath(t *testing.T, db *sql.DB) string {

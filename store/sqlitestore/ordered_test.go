@@ -2,55 +2,26 @@ package sqlitestore
 
 import (
 	"database/sql"
-	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/internal/sqltest"
 )
 
 // orderedStore returns a migrated Store on a database file of the test's own.
-func orderedStore(t *testing.T) (*Store, *sql.DB) {
+func orderedStore(t *testing.T) (*Store, *sql.DB) { return sqltest.Migrated(t, New, testDB(t)) }
+
+// testDB opens a database file of the test's own.
+func testDB(t *testing.T) *sql.DB {
 	t.Helper()
-	db, err := Open(testsvc.SQLitePath(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	s, err := New(db)
-	require.NoError(t, err)
-	require.NoError(t, s.Migrate(t.Context()))
-	return s, db
+	return sqltest.OpenDB(t, Open, testsvc.SQLitePath(t))
 }
 
-// writeAgg commits n messages of aggregate agg, numbered from 0 in the payload.
-func writeAgg(t *testing.T, s *Store, db *sql.DB, agg string, n int) {
-	t.Helper()
-	msgs := make([]*outbox.Message, n)
-	for i := range msgs {
-		msgs[i] = &outbox.Message{AggregateType: "order", AggregateID: agg, EventType: "E", Payload: fmt.Appendf(nil, "%d", i)}
-	}
-	tx, err := db.BeginTx(t.Context(), nil)
-	require.NoError(t, err)
-	require.NoError(t, outbox.NewWriter[*sql.Tx](s).Write(t.Context(), tx, msgs...))
-	require.NoError(t, tx.Commit())
-}
-
-// orderedClaim makes an ordered claim and returns "agg#n" of each message.
-func orderedClaim(t *testing.T, s *Store, limit int, blockOnDead bool) ([]string, []*outbox.Message) {
-	t.Helper()
-	c, err := s.Claim(t.Context(), outbox.ClaimParams{Limit: limit, Lease: time.Hour, Ordered: true, BlockOnDead: blockOnDead})
-	require.NoError(t, err)
-	require.Empty(t, c.Malformed)
-	var got []string
-	for _, m := range c.Messages {
-		got = append(got, fmt.Sprintf("%s#%s", m.AggregateID, m.Payload))
-	}
-	return got, c.Messages
-}
-
+// queryPlan returns EXPLAIN QUERY PLAN q, its details joined by "; ".
 func queryPlan(t *testing.T, db *sql.DB, q string, args ...any) string {
 	t.Helper()
 	rows, err := db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q, args...)
@@ -91,55 +62,10 @@ func TestOrderedClaimPlans(t *testing.T) {
 	}
 }
 
-// TestOrderedClaimBeyondTheWindow writes a deep backlog of one aggregate
-// ahead of twenty others and leases its first row: the rows at the front of
-// the backlog are then all blocked, so the runs they would make are empty,
-// and the claim takes heads instead; the twenty heads lie beyond the walk's
-// window, and the pass over the head index finds them, oldest first.
+// TestOrderedClaimBeyondTheWindow: see sqltest.OrderedBeyondTheWindow.
 func TestOrderedClaimBeyondTheWindow(t *testing.T) {
 	t.Parallel()
-	s, db := orderedStore(t)
-	writeAgg(t, s, db, "hot", 1000)
-	var want []string
-	for i := range 20 {
-		agg := fmt.Sprintf("a-%02d", i)
-		writeAgg(t, s, db, agg, 2)
-		want = append(want, agg+"#0")
-	}
-	got, hot := orderedClaim(t, s, 1, true)
-	require.Equal(t, []string{"hot#0"}, got)
-	got, msgs := orderedClaim(t, s, 50, true)
-	require.Equal(t, want, got, "the rows blocked behind hot#0 do not starve the other aggregates")
-	n, err := s.Ack(t.Context(), outbox.AckParams{Messages: append(msgs, hot...)})
-	require.NoError(t, err)
-	require.Equal(t, 21, n)
-	got, _ = orderedClaim(t, s, 10, true)
-	require.Equal(t, []string{"hot#1", "hot#2", "hot#3", "hot#4", "hot#5", "hot#6", "hot#7", "hot#8", "hot#9", "hot#10"}, got,
-		"a run, up to the limit")
-}
-
-// TestOrderedClaimDeadPolicyBeyondTheWindow checks that runs and the heads
-// step keep the dead policy: a dead row ends its aggregate's run only with
-// BlockOnDead, even with its aggregate's later rows at the front of the
-// backlog.
-func TestOrderedClaimDeadPolicyBeyondTheWindow(t *testing.T) {
-	t.Parallel()
-	s, db := orderedStore(t)
-	writeAgg(t, s, db, "b", 3)
-	writeAgg(t, s, db, "hot", 400)
-	ctx := t.Context()
-	got, msgs := orderedClaim(t, s, 1, true)
-	require.Equal(t, []string{"b#0"}, got)
-	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: []outbox.Dead{{Message: msgs[0], Reason: "poison"}}}))
-
-	got, msgs = orderedClaim(t, s, 10, true)
-	require.Equal(t, []string{"hot#0", "hot#1", "hot#2", "hot#3", "hot#4", "hot#5", "hot#6", "hot#7"}, got,
-		"the dead b#0 holds b#1 back")
-	_, err := s.Ack(ctx, outbox.AckParams{Messages: msgs})
-	require.NoError(t, err)
-	got, _ = orderedClaim(t, s, 10, false)
-	require.Equal(t, []string{"b#1", "b#2", "hot#8", "hot#9", "hot#10", "hot#11", "hot#12", "hot#13", "hot#14", "hot#15"}, got,
-		"without BlockOnDead b#1 goes past the dead b#0")
+	sqltest.OrderedBeyondTheWindow(t, orderedStore)
 }
 
 // TestOrderedClaimWithoutTheHeadIndex runs ordered claims on a team's table
@@ -147,10 +73,8 @@ func TestOrderedClaimDeadPolicyBeyondTheWindow(t *testing.T) {
 // then checks that Migrate adds the head index.
 func TestOrderedClaimWithoutTheHeadIndex(t *testing.T) {
 	t.Parallel()
-	db, err := Open(testsvc.SQLitePath(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	_, err = db.Exec(`CREATE TABLE outbox_message (
+	db := testDB(t)
+	_, err := db.Exec(`CREATE TABLE outbox_message (
 		id INTEGER PRIMARY KEY AUTOINCREMENT, message_id TEXT NOT NULL UNIQUE, aggregate_type TEXT NOT NULL,
 		aggregate_id TEXT NOT NULL, event_type TEXT NOT NULL, payload TEXT NOT NULL, status INTEGER NOT NULL DEFAULT 0,
 		retry_count INTEGER NOT NULL DEFAULT 0, next_retry_at TEXT, created_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,
@@ -158,17 +82,17 @@ func TestOrderedClaimWithoutTheHeadIndex(t *testing.T) {
 	require.NoError(t, err)
 	s, err := New(db)
 	require.NoError(t, err)
-	writeAgg(t, s, db, "hot", 300)
-	writeAgg(t, s, db, "b", 1)
-	got, _ := orderedClaim(t, s, 1, true)
+	sqltest.WriteAgg(t, s, db, "hot", 300)
+	sqltest.WriteAgg(t, s, db, "b", 1)
+	got, _ := sqltest.ClaimOrdered(t, s, 1, true)
 	require.Equal(t, []string{"hot#0"}, got)
-	got, _ = orderedClaim(t, s, 10, true)
+	got, _ = sqltest.ClaimOrdered(t, s, 10, true)
 	require.Equal(t, []string{"b#0"}, got, "the walk over the whole backlog finds the head")
 
 	require.NoError(t, s.Migrate(t.Context()))
 	cols, err := s.columns(t.Context(), db)
 	require.NoError(t, err)
 	require.True(t, cols.headIndex)
-	got, _ = orderedClaim(t, s, 10, true)
+	got, _ = sqltest.ClaimOrdered(t, s, 10, true)
 	require.Empty(t, got, "hot#0 and b#0 are leased, so nothing else may go")
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/testsvc"
 	"github.com/outboxkit/outbox/store/storetest"
 )
 
@@ -17,31 +16,15 @@ import (
 // difference between microseconds and seconds on a large backlog.
 func TestClaimPlan(t *testing.T) {
 	t.Parallel()
-	db, err := Open(testsvc.SQLitePath(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	s, err := New(db)
-	require.NoError(t, err)
+	s, db := orderedStore(t)
 	ctx := t.Context()
-	require.NoError(t, s.Migrate(ctx))
 	cols, err := s.columns(ctx, db)
 	require.NoError(t, err)
 	require.True(t, cols.pendingIndex)
 
 	for _, p := range []outbox.ClaimParams{{Limit: 10}, {Limit: 10, Ordered: true, BlockOnDead: true}} {
 		q, _ := s.claimSQL(cols, p)
-		rows, err := db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q, "2024-01-01 00:00:00.000000", "2024-01-01 00:00:00.000000", 10)
-		require.NoError(t, err)
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
-			plan = append(plan, detail)
-		}
-		require.NoError(t, rows.Err())
-		rows.Close()
-		all := strings.Join(plan, "; ")
+		all := queryPlan(t, db, q, "2024-01-01 00:00:00.000000", "2024-01-01 00:00:00.000000", 10)
 		require.Contains(t, all, "SCAN c USING", "ordered=%v: %s", p.Ordered, all)
 		require.Contains(t, all, "INDEX outbox_message_pending", "ordered=%v: %s", p.Ordered, all)
 		require.NotContains(t, all, "TEMP B-TREE", "ordered=%v: %s", p.Ordered, all)
@@ -57,11 +40,9 @@ func TestClaimPlan(t *testing.T) {
 // take every due row once, in id order.
 func TestClaimPlanContractOnly(t *testing.T) {
 	t.Parallel()
-	db, err := Open(testsvc.SQLitePath(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	db := testDB(t)
 	ctx := t.Context()
-	_, err = db.ExecContext(ctx, `CREATE TABLE legacy (id INTEGER PRIMARY KEY AUTOINCREMENT, message_id VARCHAR(64) UNIQUE,
+	_, err := db.ExecContext(ctx, `CREATE TABLE legacy (id INTEGER PRIMARY KEY AUTOINCREMENT, message_id VARCHAR(64) UNIQUE,
 		aggregate_type VARCHAR(64), aggregate_id VARCHAR(64), event_type VARCHAR(64), payload JSON,
 		status SMALLINT NOT NULL DEFAULT 0, retry_count INT NOT NULL DEFAULT 0, next_retry_at DATETIME NULL,
 		created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP);
@@ -100,11 +81,9 @@ func TestClaimPlanContractOnly(t *testing.T) {
 // and that after those statements, as on a migrated table, none is missing.
 func TestMissingIndexes(t *testing.T) {
 	t.Parallel()
-	db, err := Open(testsvc.SQLitePath(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	db := testDB(t)
 	ctx := t.Context()
-	_, err = db.ExecContext(ctx, `CREATE TABLE legacy (id INTEGER PRIMARY KEY AUTOINCREMENT, status INTEGER NOT NULL DEFAULT 0,
+	_, err := db.ExecContext(ctx, `CREATE TABLE legacy (id INTEGER PRIMARY KEY AUTOINCREMENT, status INTEGER NOT NULL DEFAULT 0,
 		next_retry_at TEXT, aggregate_type TEXT, aggregate_id TEXT)`)
 	require.NoError(t, err)
 	s, err := New(db, WithTable("legacy"))

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/testsvc"
+	"github.com/outboxkit/outbox/store/internal/sqltest"
 	"github.com/outboxkit/outbox/store/sqlitestore"
 	"github.com/outboxkit/outbox/store/storetest"
 )
@@ -65,26 +65,7 @@ func openDB(t *testing.T) (*sql.DB, string) {
 func newStore(t *testing.T, opts ...sqlitestore.Option) (*sqlitestore.Store, *sql.DB) {
 	t.Helper()
 	db, _ := openDB(t)
-	s, err := sqlitestore.New(db, opts...)
-	require.NoError(t, err)
-	require.NoError(t, s.Migrate(t.Context()))
-	return s, db
-}
-
-// writeFunc writes through the store's Writer path in one committed transaction.
-func writeFunc(db *sql.DB, s *sqlitestore.Store) func(ctx context.Context, msgs ...*outbox.Message) error {
-	w := outbox.NewWriter(s)
-	return func(ctx context.Context, msgs ...*outbox.Message) error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := w.Write(ctx, tx, msgs...); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		return tx.Commit()
-	}
+	return sqltest.Migrated(t, sqlitestore.New, db, opts...)
 }
 
 // retryBusy makes write try again, up to five more times, when SQLite
@@ -108,6 +89,14 @@ func isBusy(err error) bool {
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
+// handMadeStore returns a Store on the table outbox_message made with
+// contractDDL, not migrated.
+func handMadeStore(t *testing.T) (*sqlitestore.Store, *sql.DB) {
+	t.Helper()
+	db, _ := openDB(t)
+	return sqltest.OnTable(t, sqlitestore.New, db, fmt.Sprintf(contractDDL, "outbox_message"))
+}
+
 func sqliteTime(tm time.Time) any { return tm.UTC().Format("2006-01-02 15:04:05.000000") }
 
 func TestStore(t *testing.T) {
@@ -116,19 +105,17 @@ func TestStore(t *testing.T) {
 		Dialect: storetest.SQLite,
 		New: func(t *testing.T) *storetest.Fixture {
 			s, db := newStore(t)
-			return &storetest.Fixture{Store: s, Write: retryBusy(writeFunc(db, s)), DB: db, Table: s.Table()}
+			return &storetest.Fixture{Store: s, Write: retryBusy(sqltest.Write(db, s)), DB: db, Table: s.Table()}
 		},
 		Chunked: func(t *testing.T, rows int) *storetest.Fixture {
 			s, db := newStore(t, sqlitestore.WithChunkRows(rows))
-			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: s.Table()}
+			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: s.Table()}
 		},
 		ContractOnly: func(t *testing.T) *storetest.Fixture {
 			db, _ := openDB(t)
-			_, err := db.ExecContext(t.Context(), fmt.Sprintf(contractDDL, "legacy_outbox"))
-			require.NoError(t, err)
-			s, err := sqlitestore.New(db, sqlitestore.WithTable("legacy_outbox"))
-			require.NoError(t, err)
-			return &storetest.Fixture{Store: s, Write: writeFunc(db, s), DB: db, Table: "legacy_outbox"}
+			s, db := sqltest.OnTable(t, sqlitestore.New, db, fmt.Sprintf(contractDDL, "legacy_outbox"),
+				sqlitestore.WithTable("legacy_outbox"))
+			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: "legacy_outbox"}
 		},
 		InvalidJSON: true,
 		Time:        sqliteTime,
@@ -142,8 +129,8 @@ func TestQualifiedTable(t *testing.T) {
 	s, db := newStore(t, sqlitestore.WithTable("main.Events_Outbox_2"))
 	ctx := t.Context()
 	require.NoError(t, s.Migrate(ctx), "twice")
-	require.NoError(t, writeFunc(db, s)(ctx, msg("a", "1"), msg("a", "1"), msg("b", "1"), msg("c", "1")))
-	require.Equal(t, 4, count(t, db, `main."Events_Outbox_2"`))
+	require.NoError(t, sqltest.Write(db, s)(ctx, sqltest.Msg("a", "1"), sqltest.Msg("a", "1"), sqltest.Msg("b", "1"), sqltest.Msg("c", "1")))
+	require.Equal(t, 4, sqltest.Count(t, db, `main."Events_Outbox_2"`))
 
 	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 3, Lease: time.Hour, Ordered: true, BlockOnDead: true})
 	require.NoError(t, err)
@@ -167,58 +154,10 @@ func TestQualifiedTable(t *testing.T) {
 	require.Equal(t, outbox.Stats{Pending: 1, Dead: 1, SentLastMinute: 1, SentLastHour: 1}, *st)
 }
 
-func TestWithTable(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		name string
-		ok   bool
-	}{
-		{"outbox_message", true},
-		{"_x", true},
-		{"Outbox2", true},
-		{"main.outbox", true},
-		{strings.Repeat("a", 63), true},
-		{"", false},
-		{strings.Repeat("a", 64), false},
-		{"1outbox", false},
-		{"x; DROP TABLE y", false},
-		{`a"b`, false},
-		{"a`b", false},
-		{"a'b", false},
-		{"a b", false},
-		{"a.b.c", false},
-		{".outbox", false},
-		{"outbox.", false},
-		{"robert'); DROP TABLE students;--", false},
-		{"outbox\x00", false},
-		{"outbox--", false},
-		{"tablé", false},
-		{"sqlite_master", false},
-		{"main.SQLITE_schema", false},
-	} {
-		t.Run(fmt.Sprintf("%q", c.name), func(t *testing.T) {
-			s, err := sqlitestore.New(&sql.DB{}, sqlitestore.WithTable(c.name))
-			if c.ok {
-				require.NoError(t, err)
-				require.Equal(t, c.name, s.Table())
-				return
-			}
-			require.Error(t, err)
-			require.Contains(t, err.Error(), "WithTable")
-			require.Nil(t, s)
-		})
-	}
-}
-
-func TestNewPanicsOnNilDB(t *testing.T) {
-	t.Parallel()
-	require.Panics(t, func() { _, _ = sqlitestore.New(nil) })
-}
-
 func TestHostileTableNameNeverReachesTheDatabase(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t)
-	write := writeFunc(db, s)
+	write := sqltest.Write(db, s)
 	require.NoError(t, write(t.Context(), &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E", Payload: []byte(`{}`)}))
 	for _, name := range []string{
 		"outbox_message; DROP TABLE outbox_message",
@@ -288,136 +227,77 @@ func TestOpen(t *testing.T) {
 	})
 }
 
-func TestMigrate(t *testing.T) {
-	t.Parallel()
-	t.Run("TwiceKeepsRows", func(t *testing.T) {
-		t.Parallel()
-		s, db := newStore(t)
-		require.NoError(t, writeFunc(db, s)(t.Context(), msg("a", "1")))
-		require.NoError(t, s.Migrate(t.Context()))
-		require.Equal(t, 1, count(t, db, "outbox_message"))
-	})
-	t.Run("ConcurrentFromSeveralHandles", func(t *testing.T) {
-		t.Parallel()
-		path := testsvc.SQLitePath(t)
-		var wg sync.WaitGroup
-		errs := make(chan error, 6)
-		for range 6 {
-			// A *sql.DB of its own per migrator, as separate processes would have.
-			db, err := sqlitestore.Open(path)
-			require.NoError(t, err)
-			t.Cleanup(func() { db.Close() })
-			s, err := sqlitestore.New(db)
-			require.NoError(t, err)
-			wg.Go(func() { errs <- s.Migrate(t.Context()) })
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err)
-		}
-	})
-	t.Run("UpgradesHandMadeTable", func(t *testing.T) {
-		t.Parallel()
-		db, _ := openDB(t)
-		ctx := t.Context()
-		_, err := db.ExecContext(ctx, fmt.Sprintf(contractDDL, "outbox_message"))
-		require.NoError(t, err)
-		s, err := sqlitestore.New(db)
-		require.NoError(t, err)
-		write := writeFunc(db, s)
-		require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E",
-			Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}}))
-
-		require.NoError(t, s.Migrate(ctx))
-		cols := tableColumns(t, db, "outbox_message")
-		for _, c := range []string{"headers", "topic", "partition_key", "last_error"} {
-			require.Contains(t, cols, c)
-		}
-		require.Equal(t, 1, count(t, db, "outbox_message"), "the row written before survives")
-		var idx int
-		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'outbox_message_pending'`).Scan(&idx))
-		require.Equal(t, 1, idx, "the pending index is added")
-
-		// After Migrate the store writes and reads the new columns.
-		require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "2", EventType: "E",
-			Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}, Topic: "t1"}))
-		c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Minute})
-		require.NoError(t, err)
-		require.Len(t, c.Messages, 2)
-		require.Empty(t, c.Messages[0].Headers, "written before the column existed")
-		require.Equal(t, map[string]string{"k": "v"}, c.Messages[1].Headers)
-		require.Equal(t, "t1", c.Messages[1].Topic)
-	})
-	t.Run("TableWithoutContractColumns", func(t *testing.T) {
-		t.Parallel()
-		db, _ := openDB(t)
-		_, err := db.Exec("CREATE TABLE outbox_message (id INTEGER PRIMARY KEY, message_id TEXT, payload TEXT)")
-		require.NoError(t, err)
-		s, err := sqlitestore.New(db)
-		require.NoError(t, err)
-		_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
-		require.ErrorContains(t, err, "lacks contract columns: aggregate_type, aggregate_id, event_type, status")
-	})
-	t.Run("MissingTableIsReported", func(t *testing.T) {
-		t.Parallel()
-		db, _ := openDB(t)
-		s, err := sqlitestore.New(db)
-		require.NoError(t, err)
-		_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
-		require.ErrorIs(t, err, sqlitestore.ErrNoTable)
-		// Once migrated, the same store works: a failed detection is not cached.
-		require.NoError(t, s.Migrate(t.Context()))
-		_, err = s.Claim(t.Context(), outbox.ClaimParams{Limit: 1, Lease: time.Minute})
-		require.NoError(t, err)
+// TestSQLStore runs the checks the database/sql stores share beyond
+// storetest (sqltest.Run).
+func TestSQLStore(t *testing.T) {
+	sqltest.Run(t, sqltest.Harness[*sqlitestore.Store, sqlitestore.Option]{
+		Database:   testsvc.SQLitePath,
+		Open:       sqlitestore.Open,
+		New:        sqlitestore.New,
+		WithTable:  sqlitestore.WithTable,
+		ErrNoTable: sqlitestore.ErrNoTable,
+		Migrators:  6,
+		TableNames: []sqltest.TableName{
+			{Name: "main.outbox", OK: true},
+			{Name: strings.Repeat("a", 63), OK: true},
+			{Name: strings.Repeat("a", 64)},
+			{Name: "robert'); DROP TABLE students;--"},
+			{Name: "sqlite_master"},
+			{Name: "main.SQLITE_schema"},
+		},
+		NoContractDDL: "CREATE TABLE outbox_message (id INTEGER PRIMARY KEY, message_id TEXT, payload TEXT)",
+		OrdersDDL:     "CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT)",
+		// Columns without types: bytes that are not UTF-8, headers that are
+		// not an object of strings, empty required columns, and numbers where
+		// text belongs.
+		MalformedDDL: `CREATE TABLE outbox_message (
+			id INTEGER PRIMARY KEY AUTOINCREMENT, message_id, aggregate_type, aggregate_id, event_type, payload,
+			headers, topic, partition_key,
+			status INTEGER NOT NULL DEFAULT 0, retry_count INTEGER NOT NULL DEFAULT 0, next_retry_at,
+			created_at NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at NOT NULL DEFAULT CURRENT_TIMESTAMP)`,
+		Malformed: []sqltest.Malformed{
+			{Name: "NumbersAreText", AggID: int64(42), Payload: int64(7), Check: func(t *testing.T, m *outbox.Message) {
+				require.Equal(t, "42", m.AggregateID)
+				require.JSONEq(t, `7`, string(m.Payload))
+			}},
+			{Name: "PayloadBlobJSON", AggID: "1", Payload: []byte(`{"b":true}`)},
+			{Name: "PayloadNotUTF8", AggID: "1", Payload: []byte("\"\xff\xfe\""), WantErr: "payload is not valid UTF-8"},
+			{Name: "AggregateIDNotUTF8", AggID: []byte("\xff"), Payload: `{}`, WantErr: "aggregate_id is not valid UTF-8"},
+			{Name: "HeadersNotStrings", AggID: "1", Payload: `{}`, Hdr: `{"k":1}`, WantErr: "headers are not a JSON object of strings"},
+		},
 	})
 }
 
-func TestWriterTransaction(t *testing.T) {
+// TestMigrateUpgradesHandMadeTable migrates a table made by hand with the
+// contract's columns only: the columns and index it lacks are added, its
+// rows kept, and the store then writes and reads the new columns.
+func TestMigrateUpgradesHandMadeTable(t *testing.T) {
 	t.Parallel()
-	s, db := newStore(t)
+	s, db := handMadeStore(t)
 	ctx := t.Context()
-	w := outbox.NewWriter(s)
-	_, err := db.ExecContext(ctx, "CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT)")
-	require.NoError(t, err)
+	write := sqltest.Write(db, s)
+	require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E",
+		Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}}))
 
-	for _, commit := range []bool{false, true} {
-		tx, err := db.BeginTx(ctx, nil)
-		require.NoError(t, err)
-		_, err = tx.ExecContext(ctx, "INSERT INTO orders (status) VALUES ('paid')")
-		require.NoError(t, err)
-		require.NoError(t, w.Write(ctx, tx, msg("order", "1"), msg("order", "1")))
-		if commit {
-			require.NoError(t, tx.Commit())
-		} else {
-			require.NoError(t, tx.Rollback())
-		}
-		want := 0
-		if commit {
-			want = 2
-		}
-		require.Equal(t, want, count(t, db, "outbox_message"), "commit=%v", commit)
-		require.Equal(t, want/2, count(t, db, "orders"), "commit=%v", commit)
+	require.NoError(t, s.Migrate(ctx))
+	cols := tableColumns(t, db, "outbox_message")
+	for _, c := range []string{"headers", "topic", "partition_key", "last_error"} {
+		require.Contains(t, cols, c)
 	}
+	require.Equal(t, 1, sqltest.Count(t, db, "outbox_message"), "the row written before survives")
+	var idx int
+	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'outbox_message_pending'`).Scan(&idx))
+	require.Equal(t, 1, idx, "the pending index is added")
 
-	t.Run("DuplicateIsErrDuplicate", func(t *testing.T) {
-		m := msg("order", "2")
-		m.MessageID = "same-id"
-		require.NoError(t, writeFunc(db, s)(ctx, m))
-		err := writeFunc(db, s)(ctx, m)
-		require.ErrorIs(t, err, sqlitestore.ErrDuplicate)
-	})
-}
-
-func msg(aggType, aggID string) *outbox.Message {
-	return &outbox.Message{AggregateType: aggType, AggregateID: aggID, EventType: "E", Payload: []byte(`{"x":1}`)}
-}
-
-func count(t *testing.T, db *sql.DB, from string) int {
-	t.Helper()
-	var n int
-	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM "+from).Scan(&n))
-	return n
+	// After Migrate the store writes and reads the new columns.
+	require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "2", EventType: "E",
+		Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}, Topic: "t1"}))
+	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, c.Messages, 2)
+	require.Empty(t, c.Messages[0].Headers, "written before the column existed")
+	require.Equal(t, map[string]string{"k": "v"}, c.Messages[1].Headers)
+	require.Equal(t, "t1", c.Messages[1].Topic)
 }
 
 func tableColumns(t *testing.T, db *sql.DB, table string) []string {
@@ -439,12 +319,8 @@ func tableColumns(t *testing.T, db *sql.DB, table string) []string {
 // may write into a hand-made table and checks which rows are due.
 func TestTimeFormats(t *testing.T) {
 	t.Parallel()
-	db, _ := openDB(t)
+	s, db := handMadeStore(t)
 	ctx := t.Context()
-	_, err := db.ExecContext(ctx, fmt.Sprintf(contractDDL, "outbox_message"))
-	require.NoError(t, err)
-	s, err := sqlitestore.New(db)
-	require.NoError(t, err)
 
 	now := time.Now().UTC()
 	past, future := now.Add(-time.Hour), now.Add(time.Hour)
@@ -487,76 +363,4 @@ func TestTimeFormats(t *testing.T) {
 	for _, c := range cases {
 		require.Equal(t, c.due, got[c.name], "%s (%v) due", c.name, c.v)
 	}
-}
-
-// TestMalformedRows covers what storetest's planted rows do not: bytes that
-// are not UTF-8, headers that are not an object of strings, empty required
-// columns, and numbers where text belongs.
-func TestMalformedRows(t *testing.T) {
-	t.Parallel()
-	db, _ := openDB(t)
-	ctx := t.Context()
-	_, err := db.ExecContext(ctx, `CREATE TABLE outbox_message (
-		id INTEGER PRIMARY KEY AUTOINCREMENT, message_id, aggregate_type, aggregate_id, event_type, payload,
-		headers, topic, partition_key,
-		status INTEGER NOT NULL DEFAULT 0, retry_count INTEGER NOT NULL DEFAULT 0, next_retry_at,
-		created_at NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at NOT NULL DEFAULT CURRENT_TIMESTAMP)`)
-	require.NoError(t, err)
-	s, err := sqlitestore.New(db)
-	require.NoError(t, err)
-
-	cases := []struct {
-		name                string
-		aggID, payload, hdr any
-		topic               any
-		wantErr             string // "" for a well-formed row
-	}{
-		{"Good", "1", `{"a":1}`, `{"k":"v"}`, "t", ""},
-		{"NumbersAreText", int64(42), int64(7), nil, nil, ""},
-		{"PayloadBlobJSON", "1", []byte(`{"b":true}`), nil, nil, ""},
-		{"PayloadNotUTF8", "1", []byte("\"\xff\xfe\""), nil, nil, "payload is not valid UTF-8"},
-		{"PayloadNotJSON", "1", `{"a":`, nil, nil, "payload is not valid JSON"},
-		{"PayloadEmpty", "1", ``, nil, nil, "payload is not valid JSON"},
-		{"AggregateIDEmpty", "", `{}`, nil, nil, "aggregate_id is empty"},
-		{"AggregateIDNotUTF8", []byte("\xff"), `{}`, nil, nil, "aggregate_id is not valid UTF-8"},
-		{"HeadersNotJSON", "1", `{}`, `k=v`, nil, "headers are not a JSON object of strings"},
-		{"HeadersNotStrings", "1", `{}`, `{"k":1}`, nil, "headers are not a JSON object of strings"},
-		{"TopicNotUTF8", "1", `{}`, nil, []byte("\xc3"), "topic is not valid UTF-8"},
-	}
-	names := map[int64]string{}
-	for _, c := range cases {
-		res, err := db.ExecContext(ctx, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload, headers, topic)
-			VALUES (?, 'a', ?, 'E', ?, ?, ?)`, c.name, c.aggID, c.payload, c.hdr, c.topic)
-		require.NoError(t, err)
-		id, err := res.LastInsertId()
-		require.NoError(t, err)
-		names[id] = c.name
-	}
-	cl, err := s.Claim(ctx, outbox.ClaimParams{Limit: 100, Lease: time.Minute})
-	require.NoError(t, err)
-	got := map[string]string{}
-	for _, m := range cl.Messages {
-		got[names[m.RowID]] = ""
-	}
-	for _, mr := range cl.Malformed {
-		require.Equal(t, 1, mr.Message.Attempt)
-		got[names[mr.Message.RowID]] = mr.Err.Error()
-	}
-	for _, c := range cases {
-		e, ok := got[c.name]
-		require.True(t, ok, "%s not claimed", c.name)
-		if c.wantErr == "" {
-			require.Empty(t, e, c.name)
-		} else {
-			require.Contains(t, e, c.wantErr, c.name)
-		}
-	}
-	byName := map[string]*outbox.Message{}
-	for _, m := range cl.Messages {
-		byName[names[m.RowID]] = m
-	}
-	require.Equal(t, "42", byName["NumbersAreText"].AggregateID)
-	require.JSONEq(t, `7`, string(byName["NumbersAreText"].Payload))
-	require.Equal(t, map[string]string{"k": "v"}, byName["Good"].Headers)
-	require.Equal(t, "t", byName["Good"].Topic)
 }

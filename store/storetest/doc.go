@@ -47,7 +47,8 @@
 // implements [outbox.Admin], the suite checks listing, retrying and
 // discarding dead rows and archiving sent ones (into an archive table that
 // follows the columns a migration adds); otherwise those subtests are
-// skipped.
+// skipped. [RunColumnMappings] checks, apart, the column mappings a store's
+// constructor takes and refuses.
 //
 // # Raw SQL
 //

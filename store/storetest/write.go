@@ -81,6 +81,6 @@ func (s *suite) duplicateMessageID(t *testing.T) {
 		&outbox.Message{MessageID: "fresh-1", AggregateType: "order", AggregateID: "2", EventType: "E", Payload: []byte(`{}`)},
 		&outbox.Message{MessageID: "dup-1", AggregateType: "order", AggregateID: "3", EventType: "E", Payload: []byte(`{}`)},
 	)
-	require.Error(t, err, "a message id is unique")
+	require.ErrorIs(t, err, outbox.ErrDuplicate, "a message id is unique")
 	require.EqualValues(t, 1, f.count(""), "the failed write left nothing behind")
 }
