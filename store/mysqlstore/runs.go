@@ -16,8 +16,9 @@ import (
 // whose rows has an earlier pending row (or dead row, when dead rows block)
 // outside the claim. It runs in its one READ COMMITTED transaction:
 //
-//  1. the unordered claim's locking read (claimSQLs: the first due pending
-//     rows, FOR UPDATE SKIP LOCKED), which locks the candidates;
+//  1. the unordered claim's read of the first due pending rows (claimSQLs),
+//     as a plain read, then a locking read of those rows by id, FOR UPDATE
+//     SKIP LOCKED, which locks the candidates (lockCandidates);
 //  2. a fresh, non-locking read of the pending (and, when dead rows block,
 //     dead) rows of the candidates' aggregates, each up to its last
 //     candidate (runsSQL);
@@ -33,10 +34,12 @@ import (
 // snapshot taken when it starts, and (2) starts after (1) returned: every
 // transaction whose rows (1) locked had committed by then, with all of its
 // rows, so row k is in (2) and, not locked by (1), ends the run before k+1.
-// A row another claim holds (locked, or leased and so not due) or one in
-// backoff is pending in (2) and not in (1): it ends its run too.
+// (That (1) reads before it locks changes nothing here: the rows it locks
+// by id had committed before its read.) A row another claim holds (locked,
+// or leased and so not due) or one in backoff is pending in (2) and not
+// locked by (1): it ends its run too.
 //
-// When (1) came back full and (2) kept fewer rows than the limit, the
+// When (1)'s read came back full and (2) kept fewer rows than the limit, the
 // candidates were mostly rows blocked behind an earlier row (a head in
 // backoff, leased, or dead under DeadBlocks): a claim that stopped there
 // would hand out nothing while the blocked rows fill the front of the

@@ -56,6 +56,7 @@ func (s *Store) statements(info tableInfo) map[string]string {
 	t := s.table.quoted()
 	out := map[string]string{
 		"lease":         s.leaseSQL(info) + " WHERE id IN (?, ?)",
+		"relock":        s.relockSQL(info, 2),
 		"reschedule":    s.rescheduleSQL(info.Columns, false, 2),
 		"refund":        s.rescheduleSQL(info.Columns, true, 2),
 		"kill":          s.killSQL(info.Columns, 2),
