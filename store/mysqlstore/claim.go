@@ -164,8 +164,8 @@ const lockClause = " FOR UPDATE SKIP LOCKED"
 // concurrent claims meet there. With three relays on MariaDB 10.11, 5,000
 // aggregates, an ack of 1,000 rows took 0.4 to 0.6 s instead of 0.12 s with
 // one relay, and since an aggregate's next row becomes claimable only once
-// the ack of the one before has committed, ordered drains ran at 0.3 to
-// 0.45 of unordered ones; reading first, at 0.8 to 1.0 (docs/ordering.md).
+// the ack of the one before has committed, ordered drains ran at 0.38 to
+// 0.46 of unordered ones; reading first, at 0.59 to 0.69 (docs/ordering.md).
 // An unordered claim keeps the locking scan: a plain read returns the rows
 // a concurrent claim is locking, which the locking read by id then skips,
 // so the claim would come back short where the scan takes the next rows.
