@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/rowcheck"
@@ -52,6 +51,7 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	var st claimStatements
 	st.lock, st.sel, st.lease = q, sel, s.leaseSQL(info)
 	if p.Ordered {
+		st.pick = s.pickSQLs(info, unordered)
 		st.heads, _ = s.claimSQLs(info, p)
 		st.ord = s.orderedClaimSQL(info, p, sel)
 	}
@@ -69,6 +69,7 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 // claimStatements are the statements of a claim.
 type claimStatements struct {
 	lock  []string    // the unordered claim's locking SELECTs, run in turn (claimSQLs)
+	pick  []string    // ordered claims: the plain reads of their ids (pickSQLs)
 	sel   []string    // the columns they decode
 	lease string      // the UPDATE that leases the rows (leaseSQL)
 	heads []string    // ordered claims without the head index: the walk that takes heads (claimSQLs)
@@ -93,7 +94,7 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 		}
 		return len(rows), err
 	}
-	read, last, err := s.lockCandidates(ctx, tx, info, st, p, func(r *lockedRow) {
+	full, last, err := s.lockCandidates(ctx, tx, info, st, p, func(r *lockedRow) {
 		if locked[r.id] == nil {
 			locked[r.id] = r
 			order = append(order, r)
@@ -112,10 +113,10 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 		if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
 			return nil, err
 		}
-		if read == p.Limit && len(keep) < p.Limit {
+		if full && len(keep) < p.Limit {
 			// The candidates were rows blocked behind earlier ones: take heads too (runs.go).
 			after := int64(0)
-			if len(st.lock) == 1 { // one SELECT in id order: every due row up to its last was read
+			if len(st.pick) == 1 { // one pick in id order: every due row up to the last locked is held
 				after = last
 			}
 			if err := s.lockHeads(ctx, tx, st, p, p.Limit-len(keep), after, lock); err != nil {
@@ -152,75 +153,91 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 const lockClause = " FOR UPDATE SKIP LOCKED"
 
 // lockCandidates is a claim's first step: it locks the first due rows, up
-// to the limit, with st.lock's SELECTs in turn, and hands each row it locked
-// to add. It returns how many rows the SELECTs returned, and the id of the
-// last. An unordered claim's SELECTs lock as they read and skip rows other
-// claims hold. An ordered claim's run as plain reads, and it then locks
-// what they read by id, skipping rows another claim holds and rows no
-// longer due or claimed since (their attempt changed).
+// to the limit, with st.lock's SELECTs in turn (an ordered claim with
+// st.pick's and lockByIDSQL, below), and hands each row it locked to add.
+// It reports whether more rows were due than it took, and the id of the
+// last row it locked: every due row below it is locked by this claim or
+// was held by another.
 //
-// Why an ordered claim reads first: a locking scan walks every pending row
+// An unordered claim's SELECTs lock as they read and skip rows other
+// claims hold. An ordered claim picks first: a plain read of the ids of up
+// to pickRows times as many due rows as it may take, then one locking read
+// of those rows by primary key, in id order, that skips rows other claims
+// hold and stops at the limit. Why: a locking scan walks every pending row
 // in front of the due ones, the leased rows of every batch in flight, and
-// concurrent claims meet there. With three relays on MariaDB 10.11, 5,000
-// aggregates, an ack of 1,000 rows took 0.4 to 0.6 s instead of 0.12 s with
-// one relay, and since an aggregate's next row becomes claimable only once
-// the ack of the one before has committed, ordered drains ran at 0.38 to
-// 0.46 of unordered ones; reading first, at 0.59 to 0.69 (docs/ordering.md).
-// An unordered claim keeps the locking scan: a plain read returns the rows
-// a concurrent claim is locking, which the locking read by id then skips,
-// so the claim would come back short where the scan takes the next rows.
+// concurrent claims meet there. With three relays on MariaDB 10.11 over
+// 5,000 aggregates, an ack of 1,000 rows then took 0.4 to 0.6 s instead of
+// 0.12 s with one relay, and since an aggregate's next row becomes
+// claimable only once the ack of the one before has committed, ordered
+// drains ran at 0.38 to 0.46 of unordered ones (docs/ordering.md). The
+// plain read locks nothing; the locking read locks only the rows it takes,
+// and the spare ids let concurrent claims take the rows after each other's
+// instead of coming back short.
 func (s *Store) lockCandidates(ctx context.Context, tx *sql.Tx, info tableInfo, st claimStatements, p outbox.ClaimParams,
-	add func(*lockedRow)) (read int, last int64, err error) {
-	for _, q := range st.lock {
-		if read == p.Limit {
-			break
-		}
-		if p.Ordered {
-			q = strings.TrimSuffix(q, lockClause)
-		}
-		rows, err := s.lockRows(ctx, tx, st.sel, p, nil, q, p.Limit-read)
-		if err != nil {
-			return read, last, err
-		}
-		if len(rows) == 0 {
-			continue
-		}
-		read, last = read+len(rows), rows[len(rows)-1].id
-		if !p.Ordered {
+	add func(*lockedRow)) (full bool, last int64, err error) {
+	if !p.Ordered {
+		got := 0
+		for _, q := range st.lock {
+			if got == p.Limit {
+				break
+			}
+			rows, err := s.lockRows(ctx, tx, st.sel, p, nil, q, p.Limit-got)
+			if err != nil {
+				return false, 0, err
+			}
 			for _, r := range rows {
 				add(r)
 			}
-			continue
+			got += len(rows)
 		}
-		for lo := 0; lo < len(rows); lo += s.chunk {
-			chunk := rows[lo:min(lo+s.chunk, len(rows))]
-			ids := make([]any, len(chunk))
-			for i, r := range chunk {
-				ids[i] = r.id
-			}
-			attempts, err := sqlcore.QueryPairs(ctx, tx, s.sql(s.relockSQL(info, len(ids))), ids)
+		return got == p.Limit, 0, nil
+	}
+	got := 0
+	held := map[int64]bool{}
+	for _, q := range st.pick {
+		// First as many ids as it may take; if other claims held some and
+		// more rows were due, once more with pickRows times as many.
+		for pass := 1; got < p.Limit; pass *= pickRows {
+			ids, err := sqlcore.QueryIDs(ctx, tx, s.sql(q), []any{pass * p.Limit})
 			if err != nil {
-				return read, last, fmt.Errorf("lock rows: %w", err)
+				return false, 0, fmt.Errorf("pick rows: %w", err)
 			}
-			for _, r := range chunk {
-				if a, ok := attempts[r.id]; ok && a == int64(r.message.Attempt) {
-					add(r)
+			more := len(ids) == pass*p.Limit
+			ids = slices.DeleteFunc(ids, func(id any) bool { return held[id.(int64)] })
+			if len(ids) > 0 {
+				rows, err := s.lockRows(ctx, tx, st.sel, p, nil, s.lockByIDSQL(info, p, len(ids)), append(ids, p.Limit-got)...)
+				if err != nil {
+					return false, 0, err
 				}
+				for _, r := range rows {
+					add(r)
+					held[r.id], last = true, max(last, r.id)
+				}
+				got += len(rows)
+			}
+			full = full || more
+			if !more || pass > 1 {
+				break
 			}
 		}
 	}
-	return read, last, nil
+	return full || got == p.Limit, last, nil
 }
 
-// relockSQL locks n rows by id, those still due, with SKIP LOCKED, and
-// returns each one's id and the attempt a claim hands out for it.
-func (s *Store) relockSQL(info tableInfo, n int) string {
-	t := s.table.quoted()
+// pickRows is how many due rows an ordered claim picks per row it may
+// take, when its first pick found rows other claims held (lockCandidates).
+const pickRows = 3
+
+// lockByIDSQL is the locking read of an ordered claim's first step
+// (lockCandidates): the claim's columns of the rows of n ids still due, in
+// id order, skipping rows other claims hold, at most its last parameter.
+func (s *Store) lockByIDSQL(info tableInfo, p outbox.ClaimParams, n int) string {
+	t := s.table.quoted() + " AS c"
 	if info.pkID {
 		t += " FORCE INDEX (PRIMARY)"
 	}
-	return "SELECT id, " + nextAttempt("retry_count") + " FROM " + t + " WHERE id IN (" +
-		sqlcore.Placeholders(n) + ") AND status = 0 AND (next_retry_at IS NULL OR next_retry_at <= UTC_TIMESTAMP(6))" +
+	return s.claimSelect(info, p) + " FROM " + t + " WHERE c.id IN (" + sqlcore.Placeholders(n) + ")" +
+		" AND c.status = 0 AND (c.next_retry_at IS NULL OR c.next_retry_at <= UTC_TIMESTAMP(6)) ORDER BY c.id LIMIT ?" +
 		lockClause
 }
 
@@ -370,10 +387,27 @@ func (s *Store) claimSQL(info tableInfo, p outbox.ClaimParams) (string, []string
 // id) order, then the rows never claimed (next_retry_at NULL) in id order.
 // Rows leased by other claims lie between the two, and are not read.
 func (s *Store) claimSQLs(info tableInfo, p outbox.ClaimParams) ([]string, []string) {
-	t := s.table.quoted()
+	return s.dueSQLs(info, p, s.claimSelect(info, p), lockClause), sqlcore.SelectColumns(info.Columns)
+}
+
+// pickSQLs are claimSQLs' statements reading only the ids, without locking.
+func (s *Store) pickSQLs(info tableInfo, p outbox.ClaimParams) []string {
+	return s.dueSQLs(info, p, "SELECT c.id", "")
+}
+
+// claimSelect is the select list of a claim's rows (the table aliased c):
+// the id, the attempt the claim hands out, then the columns claimColumns
+// reads.
+func (s *Store) claimSelect(info tableInfo, p outbox.ClaimParams) string {
 	sel := sqlcore.SelectColumns(info.Columns)
-	head := "SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)) +
-		" FROM " + t + " AS c"
+	return "SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload))
+}
+
+// dueSQLs are the statements of claimSQLs with the select list head, each
+// ending with lock.
+func (s *Store) dueSQLs(info tableInfo, p outbox.ClaimParams, head, lock string) []string {
+	t := s.table.quoted()
+	head += " FROM " + t + " AS c"
 	ordered := ""
 	if p.Ordered {
 		blocking := "0"
@@ -384,19 +418,19 @@ func (s *Store) claimSQLs(info tableInfo, p outbox.ClaimParams) ([]string, []str
 		ordered = " AND NOT EXISTS (SELECT 1 FROM " + t + " AS h WHERE h.aggregate_type = c.aggregate_type" +
 			" AND h.aggregate_id = c.aggregate_id AND h.id < c.id AND h.status IN (" + blocking + "))"
 	}
-	const tail = " LIMIT ?" + lockClause
+	tail := " LIMIT ?" + lock
 	if info.claimIndex == "" && info.statusIndex != "" && info.pkID {
 		force := " FORCE INDEX (" + quoteIdent(info.statusIndex) + ")"
 		return []string{
 			head + force + " WHERE c.status = 0 AND c.next_retry_at <= UTC_TIMESTAMP(6)" + ordered +
 				" ORDER BY c.status, c.next_retry_at, c.id" + tail,
 			head + force + " WHERE c.status = 0 AND c.next_retry_at IS NULL" + ordered + " ORDER BY c.id" + tail,
-		}, sel
+		}
 	}
 	force := ""
 	if info.claimIndex != "" {
 		force = " FORCE INDEX (" + quoteIdent(info.claimIndex) + ")"
 	}
 	return []string{head + force + " WHERE c.status = 0 AND (c.next_retry_at IS NULL OR c.next_retry_at <= UTC_TIMESTAMP(6))" +
-		ordered + " ORDER BY c.id" + tail}, sel
+		ordered + " ORDER BY c.id" + tail}
 }

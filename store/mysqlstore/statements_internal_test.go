@@ -56,7 +56,6 @@ func (s *Store) statements(info tableInfo) map[string]string {
 	t := s.table.quoted()
 	out := map[string]string{
 		"lease":         s.leaseSQL(info) + " WHERE id IN (?, ?)",
-		"relock":        s.relockSQL(info, 2),
 		"reschedule":    s.rescheduleSQL(info.Columns, false, 2),
 		"refund":        s.rescheduleSQL(info.Columns, true, 2),
 		"kill":          s.killSQL(info.Columns, 2),
@@ -89,6 +88,12 @@ func (s *Store) statements(info tableInfo) map[string]string {
 		if !p.Ordered {
 			continue
 		}
+		unordered := p
+		unordered.Ordered = false
+		for i, q := range s.pickSQLs(info, unordered) {
+			out[fmt.Sprintf("%s pick %d", name, i)] = q
+		}
+		out[name+" lock by id"] = s.lockByIDSQL(info, p, 2)
 		out[name+" runs"] = s.runsSQL(info, p, 2)
 		if ord := s.orderedClaimSQL(info, p, sel); ord != nil {
 			out[name+" bound"], out[name+" walk"], out[name+" heads"] = ord.bound, ord.walk, ord.heads

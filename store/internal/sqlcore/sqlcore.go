@@ -148,25 +148,6 @@ func QueryIDs(ctx context.Context, q Queryer, query string, args []any) ([]any, 
 	return ids, rows.Err()
 }
 
-// QueryPairs runs query, whose rows are two integers, and returns the
-// second by the first.
-func QueryPairs(ctx context.Context, q Queryer, query string, args []any) (map[int64]int64, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[int64]int64{}
-	for rows.Next() {
-		var k, v int64
-		if err := rows.Scan(&k, &v); err != nil {
-			return nil, err
-		}
-		out[k] = v
-	}
-	return out, rows.Err()
-}
-
 // Placeholders returns n comma-separated question marks.
 func Placeholders(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
