@@ -51,7 +51,6 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	var st claimStatements
 	st.lock, st.sel, st.lease = q, sel, s.leaseSQL(info)
 	if p.Ordered {
-		st.pick = s.pickSQLs(info, unordered)
 		st.heads, _ = s.claimSQLs(info, p)
 		st.ord = s.orderedClaimSQL(info, p, sel)
 	}
@@ -69,7 +68,6 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 // claimStatements are the statements of a claim.
 type claimStatements struct {
 	lock  []string    // the unordered claim's locking SELECTs, run in turn (claimSQLs)
-	pick  []string    // ordered claims: the plain reads of their ids (pickSQLs)
 	sel   []string    // the columns they decode
 	lease string      // the UPDATE that leases the rows (leaseSQL)
 	heads []string    // ordered claims without the head index: the walk that takes heads (claimSQLs)
@@ -94,14 +92,13 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 		}
 		return len(rows), err
 	}
-	full, last, err := s.lockCandidates(ctx, tx, info, st, p, func(r *lockedRow) {
-		if locked[r.id] == nil {
-			locked[r.id] = r
-			order = append(order, r)
+	for _, q := range st.lock {
+		if len(locked) == p.Limit {
+			break
 		}
-	})
-	if err != nil {
-		return nil, err
+		if _, err := lock(nil, q, p.Limit-len(locked)); err != nil {
+			return nil, err
+		}
 	}
 	var keep []*lockedRow
 	if !p.Ordered {
@@ -110,14 +107,16 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 			slices.SortFunc(keep, func(a, b *lockedRow) int { return cmp.Compare(a.id, b.id) })
 		}
 	} else {
+		full := len(locked) == p.Limit
+		var err error
 		if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
 			return nil, err
 		}
 		if full && len(keep) < p.Limit {
 			// The candidates were rows blocked behind earlier ones: take heads too (runs.go).
 			after := int64(0)
-			if len(st.pick) == 1 { // one pick in id order: every due row up to the last locked is held
-				after = last
+			if len(st.lock) == 1 { // one SELECT in id order: every due row up to its last is locked
+				after = order[len(order)-1].id
 			}
 			if err := s.lockHeads(ctx, tx, st, p, p.Limit-len(keep), after, lock); err != nil {
 				return nil, err
@@ -147,98 +146,6 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 		}
 	}
 	return c, nil
-}
-
-// lockClause ends the SELECTs of claimSQLs.
-const lockClause = " FOR UPDATE SKIP LOCKED"
-
-// lockCandidates is a claim's first step: it locks the first due rows, up
-// to the limit, with st.lock's SELECTs in turn (an ordered claim with
-// st.pick's and lockByIDSQL, below), and hands each row it locked to add.
-// It reports whether more rows were due than it took, and the id of the
-// last row it locked: every due row below it is locked by this claim or
-// was held by another.
-//
-// An unordered claim's SELECTs lock as they read and skip rows other
-// claims hold. An ordered claim picks first: a plain read of the ids of up
-// to pickRows times as many due rows as it may take, then one locking read
-// of those rows by primary key, in id order, that skips rows other claims
-// hold and stops at the limit. Why: a locking scan walks every pending row
-// in front of the due ones, the leased rows of every batch in flight, and
-// concurrent claims meet there. With three relays on MariaDB 10.11 over
-// 5,000 aggregates, an ack of 1,000 rows then took 0.4 to 0.6 s instead of
-// 0.12 s with one relay, and since an aggregate's next row becomes
-// claimable only once the ack of the one before has committed, ordered
-// drains ran at 0.38 to 0.46 of unordered ones (docs/ordering.md). The
-// plain read locks nothing; the locking read locks only the rows it takes,
-// and the spare ids let concurrent claims take the rows after each other's
-// instead of coming back short.
-func (s *Store) lockCandidates(ctx context.Context, tx *sql.Tx, info tableInfo, st claimStatements, p outbox.ClaimParams,
-	add func(*lockedRow)) (full bool, last int64, err error) {
-	if !p.Ordered {
-		got := 0
-		for _, q := range st.lock {
-			if got == p.Limit {
-				break
-			}
-			rows, err := s.lockRows(ctx, tx, st.sel, p, nil, q, p.Limit-got)
-			if err != nil {
-				return false, 0, err
-			}
-			for _, r := range rows {
-				add(r)
-			}
-			got += len(rows)
-		}
-		return got == p.Limit, 0, nil
-	}
-	got := 0
-	held := map[int64]bool{}
-	for _, q := range st.pick {
-		// First as many ids as it may take; if other claims held some and
-		// more rows were due, once more with pickRows times as many.
-		for pass := 1; got < p.Limit; pass *= pickRows {
-			ids, err := sqlcore.QueryIDs(ctx, tx, s.sql(q), []any{pass * p.Limit})
-			if err != nil {
-				return false, 0, fmt.Errorf("pick rows: %w", err)
-			}
-			more := len(ids) == pass*p.Limit
-			ids = slices.DeleteFunc(ids, func(id any) bool { return held[id.(int64)] })
-			if len(ids) > 0 {
-				rows, err := s.lockRows(ctx, tx, st.sel, p, nil, s.lockByIDSQL(info, p, len(ids)), append(ids, p.Limit-got)...)
-				if err != nil {
-					return false, 0, err
-				}
-				for _, r := range rows {
-					add(r)
-					held[r.id], last = true, max(last, r.id)
-				}
-				got += len(rows)
-			}
-			full = full || more
-			if !more || pass > 1 {
-				break
-			}
-		}
-	}
-	return full || got == p.Limit, last, nil
-}
-
-// pickRows is how many due rows an ordered claim picks per row it may
-// take, when its first pick found rows other claims held (lockCandidates).
-const pickRows = 3
-
-// lockByIDSQL is the locking read of an ordered claim's first step
-// (lockCandidates): the claim's columns of the rows of n ids still due, in
-// id order, skipping rows other claims hold, at most its last parameter.
-func (s *Store) lockByIDSQL(info tableInfo, p outbox.ClaimParams, n int) string {
-	t := s.table.quoted() + " AS c"
-	if info.pkID {
-		t += " FORCE INDEX (PRIMARY)"
-	}
-	return s.claimSelect(info, p) + " FROM " + t + " WHERE c.id IN (" + sqlcore.Placeholders(n) + ")" +
-		" AND c.status = 0 AND (c.next_retry_at IS NULL OR c.next_retry_at <= UTC_TIMESTAMP(6)) ORDER BY c.id LIMIT ?" +
-		lockClause
 }
 
 // lockHeads locks up to limit heads the way ordered claims took them before
@@ -387,27 +294,10 @@ func (s *Store) claimSQL(info tableInfo, p outbox.ClaimParams) (string, []string
 // id) order, then the rows never claimed (next_retry_at NULL) in id order.
 // Rows leased by other claims lie between the two, and are not read.
 func (s *Store) claimSQLs(info tableInfo, p outbox.ClaimParams) ([]string, []string) {
-	return s.dueSQLs(info, p, s.claimSelect(info, p), lockClause), sqlcore.SelectColumns(info.Columns)
-}
-
-// pickSQLs are claimSQLs' statements reading only the ids, without locking.
-func (s *Store) pickSQLs(info tableInfo, p outbox.ClaimParams) []string {
-	return s.dueSQLs(info, p, "SELECT c.id", "")
-}
-
-// claimSelect is the select list of a claim's rows (the table aliased c):
-// the id, the attempt the claim hands out, then the columns claimColumns
-// reads.
-func (s *Store) claimSelect(info tableInfo, p outbox.ClaimParams) string {
-	sel := sqlcore.SelectColumns(info.Columns)
-	return "SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload))
-}
-
-// dueSQLs are the statements of claimSQLs with the select list head, each
-// ending with lock.
-func (s *Store) dueSQLs(info tableInfo, p outbox.ClaimParams, head, lock string) []string {
 	t := s.table.quoted()
-	head += " FROM " + t + " AS c"
+	sel := sqlcore.SelectColumns(info.Columns)
+	head := "SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)) +
+		" FROM " + t + " AS c"
 	ordered := ""
 	if p.Ordered {
 		blocking := "0"
@@ -418,19 +308,19 @@ func (s *Store) dueSQLs(info tableInfo, p outbox.ClaimParams, head, lock string)
 		ordered = " AND NOT EXISTS (SELECT 1 FROM " + t + " AS h WHERE h.aggregate_type = c.aggregate_type" +
 			" AND h.aggregate_id = c.aggregate_id AND h.id < c.id AND h.status IN (" + blocking + "))"
 	}
-	tail := " LIMIT ?" + lock
+	const tail = " LIMIT ? FOR UPDATE SKIP LOCKED"
 	if info.claimIndex == "" && info.statusIndex != "" && info.pkID {
 		force := " FORCE INDEX (" + quoteIdent(info.statusIndex) + ")"
 		return []string{
 			head + force + " WHERE c.status = 0 AND c.next_retry_at <= UTC_TIMESTAMP(6)" + ordered +
 				" ORDER BY c.status, c.next_retry_at, c.id" + tail,
 			head + force + " WHERE c.status = 0 AND c.next_retry_at IS NULL" + ordered + " ORDER BY c.id" + tail,
-		}
+		}, sel
 	}
 	force := ""
 	if info.claimIndex != "" {
 		force = " FORCE INDEX (" + quoteIdent(info.claimIndex) + ")"
 	}
 	return []string{head + force + " WHERE c.status = 0 AND (c.next_retry_at IS NULL OR c.next_retry_at <= UTC_TIMESTAMP(6))" +
-		ordered + " ORDER BY c.id" + tail}
+		ordered + " ORDER BY c.id" + tail}, sel
 }

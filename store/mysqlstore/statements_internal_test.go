@@ -88,12 +88,6 @@ func (s *Store) statements(info tableInfo) map[string]string {
 		if !p.Ordered {
 			continue
 		}
-		unordered := p
-		unordered.Ordered = false
-		for i, q := range s.pickSQLs(info, unordered) {
-			out[fmt.Sprintf("%s pick %d", name, i)] = q
-		}
-		out[name+" lock by id"] = s.lockByIDSQL(info, p, 2)
 		out[name+" runs"] = s.runsSQL(info, p, 2)
 		if ord := s.orderedClaimSQL(info, p, sel); ord != nil {
 			out[name+" bound"], out[name+" walk"], out[name+" heads"] = ord.bound, ord.walk, ord.heads
