@@ -37,7 +37,7 @@ type Core struct {
 	// names; nil runs them as they are.
 	Map *colmap.Rewriter
 	// RescheduleSQL and KillSQL build the store's statements of n
-	// messages (see Reschedule and Kill), for Shared.
+	// messages (see Reschedule and Kill).
 	RescheduleSQL func(cols Columns, refund bool, n int) string
 	KillSQL       func(cols Columns, n int) string
 }
@@ -387,13 +387,13 @@ func (c *Core) Ping(ctx context.Context) error {
 }
 
 // Reschedule makes the retries due again at their time (see
-// outbox.Store.Reschedule) with the statement stmt(cols, p.Refund, n) of n
-// retries, whose parameters are each retry's row id, attempt, time
-// (FormatTime) and error text (ErrorText), then now where the dialect has
-// NowArg. Retries run in row id order (ByRowID), in chunks (Batch).
-func (c *Core) Reschedule(ctx context.Context, p outbox.RescheduleParams, stmt func(cols Columns, refund bool, n int) string) error {
+// outbox.Store.Reschedule) with the statement c.RescheduleSQL(cols,
+// p.Refund, n) of n retries, whose parameters are each retry's row id,
+// attempt, time (FormatTime) and error text (ErrorText), then now where the
+// dialect has NowArg. Retries run in row id order (ByRowID), in chunks (Batch).
+func (c *Core) Reschedule(ctx context.Context, p outbox.RescheduleParams) error {
 	rs := ByRowID(p.Retries, func(r outbox.Retry) *outbox.Message { return r.Message })
-	return c.settle(ctx, "reschedule", len(rs), func(cols Columns, n int) string { return stmt(cols, p.Refund, n) },
+	return c.settle(ctx, "reschedule", len(rs), func(cols Columns, n int) string { return c.RescheduleSQL(cols, p.Refund, n) },
 		func(i int) []any {
 			r := rs[i]
 			return []any{r.Message.RowID, int64(r.Message.Attempt), FormatTime(r.At), ErrorText(r.Err)}
@@ -401,12 +401,12 @@ func (c *Core) Reschedule(ctx context.Context, p outbox.RescheduleParams, stmt f
 }
 
 // Kill marks the messages dead (see outbox.Store.Kill) with the statement
-// stmt(cols, n) of n messages, whose parameters are each message's row id,
+// c.KillSQL(cols, n) of n messages, whose parameters are each message's row id,
 // attempt and reason (ErrorText), then now where the dialect has NowArg.
 // Messages run in row id order (ByRowID), in chunks (Batch).
-func (c *Core) Kill(ctx context.Context, p outbox.KillParams, stmt func(cols Columns, n int) string) error {
+func (c *Core) Kill(ctx context.Context, p outbox.KillParams) error {
 	ds := ByRowID(p.Dead, func(d outbox.Dead) *outbox.Message { return d.Message })
-	return c.settle(ctx, "kill", len(ds), stmt, func(i int) []any {
+	return c.settle(ctx, "kill", len(ds), c.KillSQL, func(i int) []any {
 		d := ds[i]
 		return []any{d.Message.RowID, int64(d.Message.Attempt), ErrorText(d.Reason)}
 	})

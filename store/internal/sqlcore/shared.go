@@ -32,13 +32,13 @@ func (s Shared) CountRows(ctx context.Context, rowIDs []int64) (int, error) {
 // Attempt changes. With p.Refund the claim's attempt is given back
 // (retry_count - 1).
 func (s Shared) Reschedule(ctx context.Context, p outbox.RescheduleParams) error {
-	return s.c.Reschedule(ctx, p, s.c.RescheduleSQL)
+	return s.c.Reschedule(ctx, p)
 }
 
 // Kill marks the messages dead (status 2) and records each Reason in
 // last_error (when the table has it), fenced like Ack.
 func (s Shared) Kill(ctx context.Context, p outbox.KillParams) error {
-	return s.c.Kill(ctx, p, s.c.KillSQL)
+	return s.c.Kill(ctx, p)
 }
 
 // ListDead returns the dead rows f matches in id order, at most f.Limit
