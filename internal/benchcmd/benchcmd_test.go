@@ -26,13 +26,23 @@ import (
 // (SQLite in a temporary folder, NATS in the process) with small numbers.
 func TestRunEmbedded(t *testing.T) {
 	t.Parallel()
-	chart := filepath.Join(t.TempDir(), "latency.svg")
+	dir := t.TempDir()
+	chart := filepath.Join(dir, "latency.svg")
 	var out, prog bytes.Buffer
 	// Small batches: under the race detector, SQLite and the embedded server are slow.
 	// A preload in transactions of 300 rows ends with a short one.
 	rep, err := Run(t.Context(), Config{Rows: 1000, TxRows: 300, Rate: 50, Duration: time.Second, BaselineTime: time.Second,
-		BatchSize: 250, MaxInFlight: 2, Chart: chart, Progress: &prog}, &out)
+		BatchSize: 250, MaxInFlight: 2, Chart: chart, CPUProfile: filepath.Join(dir, "cpu.pprof"), Progress: &prog}, &out)
 	require.NoError(t, err)
+	for _, test := range []string{TestDrain, TestLatency} {
+		// A profile of each test of the outbox relay: pprof's gzipped protocol buffer.
+		b, err := os.ReadFile(filepath.Join(dir, "cpu."+test+".pprof"))
+		require.NoError(t, err)
+		require.Greater(t, len(b), 2)
+		require.Equal(t, []byte{0x1f, 0x8b}, b[:2], "gzip")
+	}
+	_, err = os.Stat(filepath.Join(dir, "cpu.pprof"))
+	require.ErrorIs(t, err, os.ErrNotExist, "two tests: each its own file")
 
 	require.Len(t, rep.Drain, 2)
 	ours, base := rep.Drain[0], rep.Drain[1]

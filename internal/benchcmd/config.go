@@ -206,6 +206,12 @@ type Config struct {
 	// Chart, when set, is a file to write a chart of latency over time to
 	// (SVG; the name must end in .svg).
 	Chart string
+	// CPUProfile, when set, is a file to write a CPU profile (pprof) of
+	// each test of the outbox relay to, from the relays' start to their
+	// stop: the whole process, so with --broker unset the embedded NATS
+	// server too. A run of both tests writes FILE with the test's name
+	// before its extension (cpu.drain.pprof, cpu.latency.pprof).
+	CPUProfile string
 	// Progress receives a progress bar while the run goes on (redrawn in
 	// place on a terminal, a line per second otherwise). Nil means none.
 	Progress io.Writer
@@ -292,6 +298,7 @@ func (c Config) validate() error {
 		check(!slices.Contains(c.Tests, TestLatency), "matrix: it runs drain tests only, not the %s test", TestLatency)
 		check(!c.Reference, "matrix: it runs the outbox relay only, not the reference loop")
 		check(c.Chart == "", "matrix: it has no latency test to chart")
+		check(c.CPUProfile == "", "matrix: profile one shape with the drain test instead (--cpuprofile)")
 	}
 	if c.Reference {
 		kind, _ := dbKind(c.DB)

@@ -411,6 +411,10 @@ func (r *run) drain(ctx context.Context, relay string) (*DrainResult, error) {
 		return nil, err
 	}
 	runtime.GC()
+	stopProfile, err := r.profile(TestDrain, relay)
+	if err != nil {
+		return nil, err
+	}
 	m := startMeter()
 	begin := time.Now()
 	label := "drain " + relay
@@ -430,6 +434,7 @@ func (r *run) drain(ctx context.Context, relay string) (*DrainResult, error) {
 	tick.Stop()
 	elapsed := time.Since(begin)
 	u, err := stopTest(ctx, stopBar, stop, m)
+	err = errors.Join(err, stopProfile())
 	if err != nil {
 		return nil, err
 	}
@@ -524,6 +529,10 @@ func (r *run) latency(ctx context.Context, relay string) (*LatencyResult, error)
 		return nil, err
 	}
 	runtime.GC()
+	stopProfile, err := r.profile(TestLatency, relay)
+	if err != nil {
+		return nil, err
+	}
 	m := startMeter()
 	stop := start(ctx, runners)
 	w := &latencyWriters{run: r, lat: lat, warm: warm}
@@ -539,6 +548,7 @@ func (r *run) latency(ctx context.Context, relay string) (*LatencyResult, error)
 		time.Sleep(5 * time.Millisecond)
 	}
 	u, err := stopTest(ctx, stopBar, stop, m)
+	err = errors.Join(err, stopProfile())
 	if err != nil {
 		return nil, err
 	}

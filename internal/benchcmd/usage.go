@@ -1,7 +1,11 @@
 package benchcmd
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"runtime/metrics"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,4 +62,30 @@ func (m *meter) stop() usage {
 		PeakRSSMB:  float64(peakRSS()) / (1 << 20),
 		PeakHeapMB: float64(m.peakHeap.Load()) / (1 << 20),
 	}
+}
+
+// profile starts a CPU profile for the test named test of the relay when
+// the run asks for one (Config.CPUProfile) and the relay is ours, and
+// returns what stops it.
+func (r *run) profile(test, relay string) (stop func() error, err error) {
+	if r.cfg.CPUProfile == "" || relay != relayOutbox {
+		return func() error { return nil }, nil
+	}
+	name := r.cfg.CPUProfile
+	if len(r.cfg.Tests) > 1 {
+		ext := filepath.Ext(name)
+		name = name[:len(name)-len(ext)] + "." + test + ext
+	}
+	f, err := os.Create(name)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }

@@ -80,6 +80,7 @@ func benchFlags() []ucli.Flag {
 		&ucli.BoolFlag{Name: "held-claims", Usage: "PostgreSQL: lock each batch in a transaction held open while it is published, and settle it there"},
 		&ucli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 		&ucli.StringFlag{Name: "chart", Usage: "write a chart of latency over time to `FILE` (.svg)", TakesFile: true},
+		&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (pprof) of the outbox relay's test to `FILE` (FILE.drain / FILE.latency with both tests)", TakesFile: true},
 		&ucli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
 		&ucli.BoolFlag{Name: "verbose", Usage: "log the relays' warnings and errors to stderr"},
 	}
@@ -107,6 +108,7 @@ func benchConfig(cmd *ucli.Command) benchcmd.Config {
 		Payload:     cmd.String("payload"),
 		AsyncCommit: cmd.Bool("async-commit"), NoNotify: !cmd.Bool("notify"), BatchLease: cmd.Bool("batch-lease"),
 		HeldClaims: cmd.Bool("held-claims"), JSON: cmd.Bool("json"), Chart: cmd.String("chart"),
+		CPUProfile:     cmd.String("cpuprofile"),
 		NotifyInterval: cmd.Duration("notify-interval"), Ordering: cmd.Bool("ordering"),
 		Aggregates: cmd.Int("aggregates"), Matrix: cmd.String("matrix"), Count: cmd.Int("count"),
 	}

@@ -74,6 +74,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"UnknownFlag", []string{"--frobnicate"}, "frobnicate"},
 		{"HeldClaimsWithBatchLease", []string{"--held-claims", "--batch-lease"}, "held claims exclude batch leases"},
 		{"BadMatrix", []string{"--matrix", "colour=red"}, `matrix: axis "colour" is unknown`},
+		{"MatrixWithProfile", []string{"--matrix", "shapes", "--cpuprofile", "cpu.pprof"}, "matrix: profile one shape"},
 		{"MatrixWithLatency", []string{"--matrix", "shapes", "--test", "drain,latency"}, "matrix: it runs drain tests only"},
 		{"BadAggregates", []string{"--aggregates", "-3"}, "aggregates: -3 is not between"},
 	}
