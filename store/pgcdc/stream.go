@@ -1,6 +1,7 @@
 package pgcdc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -200,25 +201,58 @@ type reader struct {
 	conn  *pgconn.PgConn
 	rels  map[uint32]*relation
 	types *pgtype.Map
-	cur   *txn // the transaction being read, nil between transactions
-	added int  // inserts read since the last wake
+	cur   *txn       // the transaction being read, nil between transactions
+	added int        // inserts read since the last wake
+	tuple []tupleCol // the last insert's columns, reused
 }
 
-// relation is what the stream said about a table's columns.
+// relation is what the stream said about a table's columns, with each
+// column's contract name and, for a column a message needs, its bit in
+// decode's mask (required).
 type relation struct {
-	ours bool
-	cols []*pglogrepl.RelationMessageColumn
+	ours  bool
+	cols  []*pglogrepl.RelationMessageColumn
+	names []string
+	need  []uint8
+}
+
+// required are the columns a message cannot do without, in the order
+// decode reports them missing.
+var required = [...]string{colmap.ID, colmap.MessageID, colmap.AggregateType, colmap.AggregateID, colmap.EventType, colmap.Payload}
+
+// newRelation keeps what r needs of m: whether it is the outbox table, and
+// its columns' contract names.
+func (r *reader) newRelation(m *pglogrepl.RelationMessage) *relation {
+	rel := &relation{ours: r.ours(m), cols: m.Columns, names: make([]string, len(m.Columns)), need: make([]uint8, len(m.Columns))}
+	for i, c := range m.Columns {
+		rel.names[i] = r.s.table.contract(c.Name)
+		for j, name := range required {
+			if rel.names[i] == name {
+				rel.need[i] = 1 << j
+			}
+		}
+	}
+	return rel
 }
 
 func (r *reader) run(ctx context.Context) error {
 	s := r.s
 	nextStatus := time.Now()
+	// One context for the reads up to the next status update, not one a
+	// message: a deadline costs a timer.
+	read := struct {
+		ctx  context.Context
+		stop context.CancelFunc
+	}{ctx, func() {}}
+	defer func() { read.stop() }()
 	for {
 		if !time.Now().Before(nextStatus) {
 			if err := r.sendStatus(ctx); err != nil {
 				return err
 			}
 			nextStatus = time.Now().Add(s.cfg.statusInterval)
+			read.stop()
+			read.ctx, read.stop = context.WithDeadline(ctx, nextStatus)
 		}
 		s.mu.Lock()
 		full := s.win.unsettled() >= s.cfg.maxWindow
@@ -235,9 +269,7 @@ func (r *reader) run(ctx context.Context) error {
 			t.Stop()
 			continue
 		}
-		rctx, cancel := context.WithDeadline(ctx, nextStatus)
-		raw, err := r.conn.ReceiveMessage(rctx)
-		cancel()
+		raw, err := r.conn.ReceiveMessage(read.ctx)
 		if err != nil {
 			if pgconn.Timeout(err) && ctx.Err() == nil {
 				continue
@@ -293,8 +325,12 @@ func (r *reader) sendStatus(ctx context.Context) error {
 	return nil
 }
 
-// handle decodes one pgoutput message.
+// handle decodes one pgoutput message. Inserts, nearly all of the stream,
+// are read by insert; the rest by pglogrepl.
 func (r *reader) handle(data []byte) error {
+	if len(data) > 0 && data[0] == byte(pglogrepl.MessageTypeInsert) {
+		return r.insert(data[1:])
+	}
 	m, err := pglogrepl.Parse(data)
 	if err != nil {
 		return fmt.Errorf("decode pgoutput: %w", err)
@@ -302,31 +338,11 @@ func (r *reader) handle(data []byte) error {
 	s := r.s
 	switch m := m.(type) {
 	case *pglogrepl.RelationMessage:
-		r.rels[m.RelationID] = &relation{ours: r.ours(m), cols: m.Columns}
+		r.rels[m.RelationID] = r.newRelation(m)
 	case *pglogrepl.BeginMessage:
 		s.mu.Lock()
 		r.cur = s.win.begin()
 		r.cur.xid, r.cur.final = m.Xid, m.FinalLSN
-		s.mu.Unlock()
-	case *pglogrepl.InsertMessage:
-		rel := r.rels[m.RelationID]
-		if rel == nil || !rel.ours || r.cur == nil {
-			return nil
-		}
-		e, keep := r.decode(rel, m.Tuple)
-		if !keep {
-			return nil
-		}
-		if s.table.logOnly { // no row to look up or settle
-			e.checked = true
-		}
-		s.mu.Lock()
-		s.win.add(r.cur, e)
-		e.prior = !s.marks || !e.pos().after(s.handedAtStart)
-		if r.added++; r.added >= 100 {
-			r.added = 0
-			s.wakeAllLocked()
-		}
 		s.mu.Unlock()
 	case *pglogrepl.CommitMessage:
 		if r.cur == nil {
@@ -338,6 +354,37 @@ func (r *reader) handle(data []byte) error {
 		s.wakeAllLocked()
 		s.mu.Unlock()
 	}
+	return nil
+}
+
+// insert adds the row of an insert message (after its type byte) to the
+// window when it is the outbox table's.
+func (r *reader) insert(data []byte) error {
+	relID, cols, err := readInsert(data, r.tuple[:0])
+	if err != nil {
+		return fmt.Errorf("decode pgoutput: %w", err)
+	}
+	r.tuple = cols
+	s := r.s
+	rel := r.rels[relID]
+	if rel == nil || !rel.ours || r.cur == nil {
+		return nil
+	}
+	e, keep := r.decode(rel, cols)
+	if !keep {
+		return nil
+	}
+	if s.table.logOnly { // no row to look up or settle
+		e.checked = true
+	}
+	s.mu.Lock()
+	s.win.add(r.cur, e)
+	e.prior = !s.marks || !e.pos().after(s.handedAtStart)
+	if r.added++; r.added >= 100 {
+		r.added = 0
+		s.wakeAllLocked()
+	}
+	s.mu.Unlock()
 	return nil
 }
 
@@ -366,7 +413,9 @@ func contentError(m *outbox.Message, fromBytes bool) error {
 	return nil
 }
 
-// col is one column of an inserted row, in text format.
+// col is one column of an inserted row, in text format. data is the
+// stream's buffer, valid until the next message is read: what the message
+// keeps of it is copied.
 type col struct {
 	name string // the contract's name
 	typ  uint32 // the column's type OID
@@ -377,28 +426,27 @@ type col struct {
 // in status and payload_bytes in raw; a value it cannot read makes e bad.
 func (r *reader) column(e *entry, c col, status *int64, raw *[]byte) {
 	m := e.msg
-	v := string(c.data)
 	switch c.name {
 	case "id":
-		m.RowID, _ = strconv.ParseInt(v, 10, 64)
+		m.RowID, _ = strconv.ParseInt(string(c.data), 10, 64)
 	case "message_id":
-		m.MessageID = v
+		m.MessageID = string(c.data)
 	case "aggregate_type":
-		m.AggregateType = v
+		m.AggregateType = string(c.data)
 	case "aggregate_id":
-		m.AggregateID = v
+		m.AggregateID = string(c.data)
 	case "event_type":
-		m.EventType = v
+		m.EventType = string(c.data)
 	case "payload":
-		m.Payload = json.RawMessage(c.data)
+		m.Payload = json.RawMessage(bytes.Clone(c.data))
 	case "status":
-		*status, _ = strconv.ParseInt(v, 10, 16)
+		*status, _ = strconv.ParseInt(string(c.data), 10, 16)
 	case "topic":
-		m.Topic = v
+		m.Topic = string(c.data)
 	case "partition_key":
-		m.PartitionKey = v
+		m.PartitionKey = string(c.data)
 	case "content_type":
-		m.ContentType = v
+		m.ContentType = string(c.data)
 	case "payload_bytes":
 		if err := r.types.Scan(c.typ, pgtype.TextFormatCode, c.data, raw); err != nil {
 			e.bad = fmt.Errorf("row %d: payload_bytes: %w", m.RowID, err)
@@ -428,23 +476,22 @@ func (r *reader) column(e *entry, c col, status *int64, raw *[]byte) {
 
 // decode turns an inserted row into an entry. keep is false for a row that
 // is not pending when written (a dead row the source itself recorded).
-func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (e *entry, keep bool) {
+func (r *reader) decode(rel *relation, cols []tupleCol) (e *entry, keep bool) {
 	m := &outbox.Message{}
 	e = &entry{msg: m}
 	var missing []string
-	have := map[string]bool{}
+	var have uint8 // the required columns that are not NULL, by their bits
 	status := int64(0)
 	var raw []byte // payload_bytes: the payload when set
-	for i, c := range tup.Columns {
+	for i, c := range cols {
 		if i >= len(rel.cols) {
 			break
 		}
-		name := r.s.table.contract(rel.cols[i].Name)
-		if c.DataType != pglogrepl.TupleDataTypeText {
+		if c.kind != pglogrepl.TupleDataTypeText {
 			continue // NULL (or an unchanged TOAST value, which an insert never has)
 		}
-		have[name] = true
-		r.column(e, col{name: name, typ: rel.cols[i].DataType, data: c.Data}, &status, &raw)
+		have |= rel.need[i]
+		r.column(e, col{name: rel.names[i], typ: rel.cols[i].DataType, data: c.data}, &status, &raw)
 	}
 	if status != 0 {
 		return nil, false
@@ -461,11 +508,11 @@ func (r *reader) decode(rel *relation, tup *pglogrepl.TupleData) (e *entry, keep
 	if err := contentError(m, raw != nil); err != nil && e.bad == nil {
 		e.bad = fmt.Errorf("row %d: %w", m.RowID, err)
 	}
-	for _, c := range []string{colmap.ID, colmap.MessageID, colmap.AggregateType, colmap.AggregateID, colmap.EventType, colmap.Payload} {
+	for j, c := range required {
 		if c == colmap.ID && r.s.table.logOnly {
 			continue // no row id: the message lives in the log
 		}
-		if !have[c] {
+		if have&(1<<j) == 0 {
 			missing = append(missing, c)
 		}
 	}

@@ -1,6 +1,7 @@
 package pgcdc
 
 import (
+	"hash/maphash"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -48,6 +49,8 @@ type entry struct {
 	// claim (one less than the attempt after a fresh claim, which counts
 	// nothing in the table); Reschedule is fenced by it.
 	counted int
+	agg     uint64 // the aggregate's hash (see aggregate), when hashed
+	hashed  bool
 }
 
 // pos is an entry's position in the slot's order: the commit LSN of its
@@ -174,9 +177,9 @@ func (w *window) reset() {
 // publishes a run in waves (message k+1 after the broker confirmed k).
 func (w *window) candidates(limit int, ordered bool, now time.Time) []*entry {
 	var out []*entry
-	var blocked map[aggregate]bool
+	var blocked map[uint64]bool
 	if ordered {
-		blocked = make(map[aggregate]bool)
+		blocked = make(map[uint64]bool)
 	}
 	for _, e := range w.entries {
 		if len(out) == limit {
@@ -190,7 +193,7 @@ func (w *window) candidates(limit int, ordered bool, now time.Time) []*entry {
 			// A run: the aggregate's entries in commit order, up to the
 			// first one that is in flight or waits out a backoff, which
 			// holds back the rest (the relay publishes a run in waves).
-			k := aggregate{e.msg.AggregateType, e.msg.AggregateID}
+			k := e.aggregate()
 			if blocked[k] {
 				continue
 			}
@@ -219,5 +222,21 @@ func (w *window) handOut(es []*entry) {
 	}
 }
 
-// aggregate is the key of per-aggregate order.
-type aggregate struct{ typ, id string }
+// aggSeed seeds the aggregate hashes of the process.
+var aggSeed = maphash.MakeSeed()
+
+// aggregate returns the hash of e's aggregate (type and id), the key of
+// per-aggregate order in candidates, computed once. Two aggregates that
+// share a hash hold each other back, which delays a message and never
+// reorders one.
+func (e *entry) aggregate() uint64 {
+	if !e.hashed {
+		var h maphash.Hash
+		h.SetSeed(aggSeed)
+		h.WriteString(e.msg.AggregateType)
+		h.WriteByte(0)
+		h.WriteString(e.msg.AggregateID)
+		e.agg, e.hashed = h.Sum64(), true
+	}
+	return e.agg
+}
