@@ -23,9 +23,12 @@ import (
 const grace = 10 * time.Second
 
 // warmup is how long a latency test writes at its rate before it measures:
-// the relays start idle, polling at their idle rate, and the connections of
-// the writers open.
-const warmup = time.Second
+// the relays start idle, and without a notification an idle relay finds
+// the first rows only at its next poll, up to a poll interval later; then
+// it sizes its batches up to the backlog of that interval and catches up,
+// while the connections of the writers open. One second past the poll
+// interval leaves the measurement to the steady rate it is about.
+func (c Config) warmup() time.Duration { return c.PollInterval + time.Second }
 
 // Report is what a run measured. It is what `outbox bench --json` prints.
 type Report struct {
@@ -519,6 +522,7 @@ func (r *run) latency(ctx context.Context, relay string) (*LatencyResult, error)
 		return nil, err
 	}
 	defer dropSlot()
+	warmup := r.cfg.warmup()
 	warm := int(int64(r.cfg.Rate) * int64(warmup) / int64(time.Second))
 	measured := int(int64(r.cfg.Rate) * int64(dur) / int64(time.Second))
 	total := warm + measured
@@ -648,7 +652,7 @@ func (w *latencyWriters) result(relay string, writing time.Duration, u usage) (*
 		res.WriteErrors, res.FirstWriteError = int(w.failed), w.firstErr.Error()
 	}
 	res.Relay, res.Rate, res.Offered, res.Seconds = relay, w.run.cfg.Rate, int(w.offered), writing.Seconds()
-	res.WarmupSeconds = warmup.Seconds()
+	res.WarmupSeconds = w.run.cfg.warmup().Seconds()
 	res.OfferedRate = float64(w.offered) / writing.Seconds()
 	res.usage = u
 	return &res, nil
