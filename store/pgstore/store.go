@@ -86,11 +86,8 @@ type claimer interface {
 }
 
 func (s *Store) claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
-	if p.Limit < 1 {
-		return nil, fmt.Errorf("pgstore: claim: limit %d is less than 1", p.Limit)
-	}
-	if p.Lease <= 0 {
-		return nil, fmt.Errorf("pgstore: claim: lease %v is not positive", p.Lease)
+	if err := dialect.CheckClaim(p); err != nil {
+		return nil, err
 	}
 	q, err := s.queriesFor(ctx, s.poolRow)
 	if err != nil {
@@ -147,25 +144,25 @@ func (r *claimedRow) dest(q *queries, maxPayload int32) []any {
 	if q.createdAtText {
 		d[7] = &r.createdAtText
 	}
-	if q.headers {
+	if q.Headers {
 		d = append(d, &r.headers)
 	}
-	if q.topic {
+	if q.Topic {
 		d = append(d, &r.topic)
 	}
-	if q.partitionKey {
+	if q.PartitionKey {
 		d = append(d, &r.partitionKey)
 	}
-	if q.contentType {
+	if q.ContentType {
 		d = append(d, &r.contentType)
 	}
-	if q.payloadBytes {
+	if q.PayloadBytes {
 		d = append(d, &r.payloadBytes)
 	}
-	if q.deliverAt {
+	if q.DeliverAt {
 		d = append(d, &r.deliverAt)
 	}
-	if q.expiresAt {
+	if q.ExpiresAt {
 		d = append(d, &r.expiresAt)
 	}
 	return d
@@ -284,17 +281,15 @@ func (r *claimedRow) decodePayload(m *outbox.Message) []string {
 	return nil
 }
 
-// parseCreatedAt reads a created_at kept as text in the forms PostgreSQL
-// and ISO 8601 write times; the zero time (only the latency metric reads it)
-// when it is none of them.
+// createdAtLayouts are the forms PostgreSQL and ISO 8601 write times in.
+var createdAtLayouts = []string{time.RFC3339Nano, "2006-01-02 15:04:05.999999999Z07", "2006-01-02 15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999"}
+
+// parseCreatedAt reads a created_at kept as text in one of createdAtLayouts;
+// the zero time (only the latency metric reads it) when it is none of them.
 func parseCreatedAt(s string) time.Time {
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02 15:04:05.999999999Z07", "2006-01-02 15:04:05.999999999Z07:00",
-		"2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999"} {
-		if t, err := time.Parse(layout, strings.TrimSpace(s)); err == nil {
-			return t
-		}
-	}
-	return time.Time{}
+	t, _ := dialect.ParseTime(strings.TrimSpace(s))
+	return t
 }
 
 // decodeHeaders decodes a headers column into *h as json.Unmarshal does.
@@ -421,16 +416,6 @@ func (s *Store) Ack(ctx context.Context, p outbox.AckParams) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
-// CountRows returns how many rows with these ids the table holds, whatever
-// their status; part of [outbox.RowCounter].
-func (s *Store) CountRows(ctx context.Context, rowIDs []int64) (int, error) {
-	var n int
-	if err := s.pool.QueryRow(ctx, s.m.SQL("SELECT count(*) FROM "+s.ident+" WHERE id = ANY($1)"), rowIDs).Scan(&n); err != nil {
-		return 0, fmt.Errorf("pgstore: count rows: %w", err)
-	}
-	return n, nil
-}
-
 // retryArg is one row of a Reschedule or Kill, for sorting by id.
 type retryArg struct {
 	id      int64
@@ -533,14 +518,10 @@ func (s *Store) Stats(ctx context.Context) (*outbox.Stats, error) {
 	if err != nil {
 		return nil, err
 	}
-	var st outbox.Stats
-	var oldestMicros int64
-	if err := s.pool.QueryRow(ctx, s.m.SQL(q.stats)).Scan(
-		&st.Pending, &oldestMicros, &st.Dead, &st.SentLastMinute, &st.SentLastHour, &st.OtherStatus); err != nil {
-		return nil, fmt.Errorf("pgstore: stats: %w", err)
-	}
-	st.OldestPending = rowcheck.Age(oldestMicros)
-	return &st, nil
+	return s.core.Stats(ctx, q.stats, nil, func(oldest any) (time.Duration, error) {
+		micros, _ := oldest.(int64)
+		return rowcheck.Age(micros), nil
+	})
 }
 
 // cleanText makes s storable in a text column: valid UTF-8, no NUL bytes
