@@ -69,28 +69,13 @@ func pastedStore(t *testing.T) (*mysqlstore.Store, *sql.DB) {
 	return sqltest.OnTable(t, mysqlstore.New, db, fmt.Sprintf(pastedDDL, "outbox_message"))
 }
 
-func mysqlTime(tm time.Time) any { return tm.UTC().Format("2006-01-02 15:04:05.000000") }
-
 func TestStore(t *testing.T) {
-	storetest.Run(t, storetest.Harness{
-		Runs:    true, // ordered claims return runs (runs.go)
-		Dialect: storetest.MySQL,
-		New: func(t *testing.T) *storetest.Fixture {
-			s, db := newStore(t)
-			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: s.Table()}
-		},
-		Chunked: func(t *testing.T, rows int) *storetest.Fixture {
-			s, db := newStore(t, mysqlstore.WithChunkRows(rows))
-			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: s.Table()}
-		},
-		ContractOnly: func(t *testing.T) *storetest.Fixture {
-			s, db := pastedStore(t)
-			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: s.Table()}
-		},
-		// MariaDB's JSON column checks JSON_VALID: TestMalformedRows plants
-		// invalid JSON in a LONGTEXT table instead.
-		InvalidJSON: false,
-		Time:        mysqlTime,
+	storetest.RunSQL(t, storetest.SQLSuite[*mysqlstore.Store, mysqlstore.Option]{
+		// Ordered claims return runs (runs.go). MariaDB's JSON column checks
+		// JSON_VALID: TestMalformedRows plants invalid JSON in a LONGTEXT
+		// table instead.
+		Harness: storetest.Harness{Runs: true, Dialect: storetest.MySQL, InvalidJSON: false, Time: storetest.TextTime},
+		New:     newStore, ChunkRows: mysqlstore.WithChunkRows, ContractOnly: pastedStore,
 	})
 }
 

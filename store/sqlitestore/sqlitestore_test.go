@@ -97,28 +97,16 @@ func handMadeStore(t *testing.T) (*sqlitestore.Store, *sql.DB) {
 	return sqltest.OnTable(t, sqlitestore.New, db, fmt.Sprintf(contractDDL, "outbox_message"))
 }
 
-func sqliteTime(tm time.Time) any { return tm.UTC().Format("2006-01-02 15:04:05.000000") }
-
 func TestStore(t *testing.T) {
-	storetest.Run(t, storetest.Harness{
-		Runs:    true, // ordered claims return runs (runs.go)
-		Dialect: storetest.SQLite,
-		New: func(t *testing.T) *storetest.Fixture {
-			s, db := newStore(t)
-			return &storetest.Fixture{Store: s, Write: retryBusy(sqltest.Write(db, s)), DB: db, Table: s.Table()}
-		},
-		Chunked: func(t *testing.T, rows int) *storetest.Fixture {
-			s, db := newStore(t, sqlitestore.WithChunkRows(rows))
-			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: s.Table()}
-		},
-		ContractOnly: func(t *testing.T) *storetest.Fixture {
+	storetest.RunSQL(t, storetest.SQLSuite[*sqlitestore.Store, sqlitestore.Option]{
+		// Ordered claims return runs (runs.go).
+		Harness: storetest.Harness{Runs: true, Dialect: storetest.SQLite, InvalidJSON: true, Time: storetest.TextTime},
+		New:     newStore, ChunkRows: sqlitestore.WithChunkRows, Write: retryBusy,
+		ContractOnly: func(t *testing.T) (*sqlitestore.Store, *sql.DB) {
 			db, _ := openDB(t)
-			s, db := sqltest.OnTable(t, sqlitestore.New, db, fmt.Sprintf(contractDDL, "legacy_outbox"),
+			return sqltest.OnTable(t, sqlitestore.New, db, fmt.Sprintf(contractDDL, "legacy_outbox"),
 				sqlitestore.WithTable("legacy_outbox"))
-			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: "legacy_outbox"}
 		},
-		InvalidJSON: true,
-		Time:        sqliteTime,
 	})
 }
 
