@@ -160,3 +160,29 @@ func RunSQLMapping[S MappedSQLStore](t *testing.T, h SQLMapping[S]) {
 		})
 	})
 }
+
+// SQLIndexStore is a database/sql store that advises indexes and migrates.
+type SQLIndexStore interface {
+	outbox.IndexChecker
+	Migrate(ctx context.Context) error
+}
+
+// CheckSQLMissingIndexes runs CheckMissingIndexes, expecting 2 indexes, on
+// db: on the table legacy that ddl creates with only the contract's indexes,
+// and on a migrated table outbox_message. newStore is the store's New on
+// db's table.
+func CheckSQLMissingIndexes[S SQLIndexStore](t *testing.T, db *sql.DB, ddl string, newStore func(table string) (S, error)) {
+	t.Helper()
+	ctx := t.Context()
+	_, err := db.ExecContext(ctx, ddl)
+	require.NoError(t, err)
+	s, err := newStore("legacy")
+	require.NoError(t, err)
+	migrated, err := newStore("outbox_message")
+	require.NoError(t, err)
+	require.NoError(t, migrated.Migrate(ctx))
+	CheckMissingIndexes(t, s, migrated, func(sql string) {
+		_, err := db.ExecContext(ctx, sql)
+		require.NoError(t, err)
+	}, 2)
+}
