@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -152,33 +154,14 @@ func TestSQLStore(t *testing.T) {
 func TestMigrateUpgradesPastedTable(t *testing.T) {
 	t.Parallel()
 	s, db := pastedStore(t)
-	ctx := t.Context()
-	write := sqltest.Write(db, s)
-	require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E",
-		Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}}))
-
-	require.NoError(t, s.Migrate(ctx))
-	require.NoError(t, s.Migrate(ctx), "twice")
-	cols := columnTypes(t, db, "outbox_message")
-	for _, c := range []string{"headers", "topic", "partition_key", "last_error"} {
-		require.Contains(t, cols, c)
-	}
-	require.Equal(t, "datetime", cols["next_retry_at"], "Migrate keeps the table's own column types")
-	require.Equal(t, 1, sqltest.Count(t, db, "outbox_message"), "the row written before survives")
-	var idx int
-	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM information_schema.statistics
+	types := func() map[string]string { return columnTypes(t, db, "outbox_message") }
+	sqltest.MigrateUpgrades(t, s, db, func() []string { return slices.Collect(maps.Keys(types())) }, func() {
+		require.Equal(t, "datetime", types()["next_retry_at"], "Migrate keeps the table's own column types")
+		var idx int
+		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM information_schema.statistics
 		WHERE table_schema = DATABASE() AND table_name = 'outbox_message' AND index_name = 'idx_status_id'`).Scan(&idx))
-	require.Equal(t, 2, idx, "the (status, id) index is added")
-
-	require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "2", EventType: "E",
-		Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}, Topic: "t1", PartitionKey: "p"}))
-	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Minute})
-	require.NoError(t, err)
-	require.Len(t, c.Messages, 2)
-	require.Empty(t, c.Messages[0].Headers, "written before the column existed")
-	require.Equal(t, map[string]string{"k": "v"}, c.Messages[1].Headers)
-	require.Equal(t, "t1", c.Messages[1].Topic)
-	require.Equal(t, "p", c.Messages[1].PartitionKey)
+		require.Equal(t, 2, idx, "the (status, id) index is added")
+	})
 }
 
 // TestClaimSkipsLockedRows holds row locks in another transaction, as a
