@@ -261,6 +261,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if cfg.notify || cfg.notifyTrigger {
 		s.channel = channelName(cfg.table)
 	}
+	// Chunk: ids per CountRows statement, as the other stores count them.
 	s.core = &sqlcore.Core{D: dialect, Run: poolRunner{pool}, Table: s.ident, Chunk: 1000, Map: s.m,
 		Write: func(_ context.Context, f func() error) error { return f() },
 		Columns: func(ctx context.Context, _ sqlcore.Queryer) (sqlcore.Columns, error) {

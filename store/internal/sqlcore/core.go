@@ -19,7 +19,7 @@ import (
 // inserting, acknowledging, rescheduling and killing in chunks of
 // statements, counting rows, the dead-letter admin and moving archived
 // rows. A store builds one in its constructor, calls it from its own
-// methods and embeds its Shared methods.
+// methods and embeds its Shared methods (pgstore its Admin methods).
 type Core struct {
 	D  *Dialect
 	DB *sql.DB // for the transactions; nil for a store that has its own (pgstore)
