@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,28 +71,13 @@ func pastedStore(t *testing.T) (*mysqlstore.Store, *sql.DB) {
 	return sqltest.OnTable(t, mysqlstore.New, db, fmt.Sprintf(pastedDDL, "outbox_message"))
 }
 
-func mysqlTime(tm time.Time) any { return tm.UTC().Format("2006-01-02 15:04:05.000000") }
-
 func TestStore(t *testing.T) {
-	storetest.Run(t, storetest.Harness{
-		Runs:    true, // ordered claims return runs (runs.go)
-		Dialect: storetest.MySQL,
-		New: func(t *testing.T) *storetest.Fixture {
-			s, db := newStore(t)
-			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: s.Table()}
-		},
-		Chunked: func(t *testing.T, rows int) *storetest.Fixture {
-			s, db := newStore(t, mysqlstore.WithChunkRows(rows))
-			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: s.Table()}
-		},
-		ContractOnly: func(t *testing.T) *storetest.Fixture {
-			s, db := pastedStore(t)
-			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: s.Table()}
-		},
-		// MariaDB's JSON column checks JSON_VALID: TestMalformedRows plants
-		// invalid JSON in a LONGTEXT table instead.
-		InvalidJSON: false,
-		Time:        mysqlTime,
+	storetest.RunSQL(t, storetest.SQLSuite[*mysqlstore.Store, mysqlstore.Option]{
+		// Ordered claims return runs (runs.go). MariaDB's JSON column checks
+		// JSON_VALID: TestMalformedRows plants invalid JSON in a LONGTEXT
+		// table instead.
+		Harness: storetest.Harness{Runs: true, Dialect: storetest.MySQL, InvalidJSON: false, Time: storetest.TextTime},
+		New:     newStore, ChunkRows: mysqlstore.WithChunkRows, ContractOnly: pastedStore,
 	})
 }
 
@@ -167,33 +154,14 @@ func TestSQLStore(t *testing.T) {
 func TestMigrateUpgradesPastedTable(t *testing.T) {
 	t.Parallel()
 	s, db := pastedStore(t)
-	ctx := t.Context()
-	write := sqltest.Write(db, s)
-	require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E",
-		Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}}))
-
-	require.NoError(t, s.Migrate(ctx))
-	require.NoError(t, s.Migrate(ctx), "twice")
-	cols := columnTypes(t, db, "outbox_message")
-	for _, c := range []string{"headers", "topic", "partition_key", "last_error"} {
-		require.Contains(t, cols, c)
-	}
-	require.Equal(t, "datetime", cols["next_retry_at"], "Migrate keeps the table's own column types")
-	require.Equal(t, 1, sqltest.Count(t, db, "outbox_message"), "the row written before survives")
-	var idx int
-	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM information_schema.statistics
+	types := func() map[string]string { return columnTypes(t, db, "outbox_message") }
+	sqltest.MigrateUpgrades(t, s, db, func() []string { return slices.Collect(maps.Keys(types())) }, func() {
+		require.Equal(t, "datetime", types()["next_retry_at"], "Migrate keeps the table's own column types")
+		var idx int
+		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM information_schema.statistics
 		WHERE table_schema = DATABASE() AND table_name = 'outbox_message' AND index_name = 'idx_status_id'`).Scan(&idx))
-	require.Equal(t, 2, idx, "the (status, id) index is added")
-
-	require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "2", EventType: "E",
-		Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}, Topic: "t1", PartitionKey: "p"}))
-	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Minute})
-	require.NoError(t, err)
-	require.Len(t, c.Messages, 2)
-	require.Empty(t, c.Messages[0].Headers, "written before the column existed")
-	require.Equal(t, map[string]string{"k": "v"}, c.Messages[1].Headers)
-	require.Equal(t, "t1", c.Messages[1].Topic)
-	require.Equal(t, "p", c.Messages[1].PartitionKey)
+		require.Equal(t, 2, idx, "the (status, id) index is added")
+	})
 }
 
 // TestClaimSkipsLockedRows holds row locks in another transaction, as a

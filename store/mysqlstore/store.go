@@ -122,7 +122,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if cfg.chunkRows < 1 || cfg.chunkRows > 5000 {
 		errs = append(errs, fmt.Errorf("chunk of %d rows is not between 1 and 5000", cfg.chunkRows))
 	}
-	errs = append(errs, sqlcore.CheckColumns(cfg.columns)...)
+	errs = append(errs, sqlcore.CheckColumns(cfg.columns, "map the state columns too")...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("mysqlstore: new store: %w", err)
 	}

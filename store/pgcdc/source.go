@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -831,11 +832,6 @@ func (noFallback) Kill(context.Context, outbox.KillParams) error {
 	return errors.New("pgcdc: settle of messages this source did not hand out")
 }
 
-func splitTable(name string) []string {
-	for i := 0; i < len(name); i++ {
-		if name[i] == '.' {
-			return []string{name[:i], name[i+1:]}
-		}
-	}
-	return []string{name}
-}
+// splitTable splits a table name at its first dot: schema and name, or the
+// name alone.
+func splitTable(name string) []string { return strings.SplitN(name, ".", 2) }

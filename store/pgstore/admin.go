@@ -8,157 +8,55 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox"
-	"github.com/outboxkit/outbox/internal/rowcheck"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 var _ outbox.Admin = (*Store)(nil)
 
-const (
-	// defaultDeadLimit is how many rows ListDead returns when the filter says 0.
-	defaultDeadLimit = 100
-	// maxDeadLimit caps ListDead.
-	maxDeadLimit = 10_000
-	// adminBatch is how many rows RetryDead and DiscardDead change per statement.
-	adminBatch = 1000
-)
+// poolRunner runs sqlcore's statements (the dead-letter admin, Stats,
+// CountRows, Ping) on the pool, with their "?" parameters numbered.
+type poolRunner struct{ pool *pgxpool.Pool }
 
-// deadWhere builds the WHERE clause selecting the dead rows f matches, with
-// its arguments numbered from $1.
-func deadWhere(q *queries, f outbox.DeadFilter) (string, []any, error) {
-	conds := []string{"status = 2"}
-	var args []any
-	add := func(cond string, arg any) {
-		args = append(args, arg)
-		conds = append(conds, strings.ReplaceAll(cond, "$?", "$"+strconv.Itoa(len(args))))
-	}
-	if len(f.RowIDs) > 0 {
-		add("id = ANY($?::bigint[])", f.RowIDs)
-	}
-	if f.EventType != "" {
-		add("event_type = $?", f.EventType)
-	}
-	if f.AggregateType != "" {
-		add("aggregate_type = $?", f.AggregateType)
-	}
-	if f.AggregateID != "" {
-		add("aggregate_id = $?", f.AggregateID)
-	}
-	if f.OlderThan > 0 {
-		add("updated_at <= now() - $?::bigint * interval '1 microsecond'", f.OlderThan.Microseconds())
-	}
-	if f.ErrorContains != "" {
-		if !q.lastError {
-			return "", nil, fmt.Errorf("the table has no last_error column to search")
-		}
-		add("strpos(last_error, $?) > 0", f.ErrorContains)
-	}
-	return strings.Join(conds, " AND "), args, nil
-}
-
-// ListDead returns the dead rows f matches in id order, at most f.Limit
-// (default 100, capped at 10,000), without the payloads over f.MaxPayload.
-// Rows that cannot be decoded are listed with what could be read.
-func (s *Store) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.DeadMessage, error) {
-	q, err := s.queriesFor(ctx, s.poolRow)
+func (r poolRunner) Query(ctx context.Context, q string, args []any, row func(sqlcore.Scanner) error) error {
+	rows, err := r.pool.Query(ctx, numbered(q), args...)
 	if err != nil {
-		return nil, err
-	}
-	where, args, err := deadWhere(q, f)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: list dead: %w", err)
-	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = defaultDeadLimit
-	}
-	limit = min(limit, maxDeadLimit)
-	maxPayload := payloadLimit(f.MaxPayload)
-	args = append(args, limit, maxPayload)
-	lastErr := "NULL::text"
-	if q.lastError {
-		lastErr = "o.last_error"
-	}
-	// The attempts within an integer (a bigint column may hold more), then
-	// what a claim reads.
-	sql := fmt.Sprintf(`SELECT o.id, LEAST(GREATEST(COALESCE(o.retry_count, 0), 0), %d)::integer, %s, %s,
-	o.updated_at::timestamptz, %s
-FROM %s AS o WHERE %s ORDER BY o.id LIMIT $%d`,
-		rowcheck.MaxAttempt, payloadParam(q.dataColumns, len(args)), lastErr, q.payloadSize(), s.ident, where, len(args)-1)
-	rows, err := s.pool.Query(ctx, s.m.SQL(sql), args...)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: list dead: %w", err)
+		return err
 	}
 	defer rows.Close()
-	var out []outbox.DeadMessage
-	for rows.Next() {
-		var r claimedRow
-		var reason *string
-		var died time.Time
-		var size *int64
-		if err := rows.Scan(append(r.dest(q, maxPayload), &reason, &died, &size)...); err != nil {
-			return nil, fmt.Errorf("pgstore: list dead: read row: %w", err)
-		}
-		m, _ := r.message() // a dead row may well be malformed; list what there is
-		d := outbox.DeadMessage{Message: m, Attempts: m.Attempt, DiedAt: died}
-		if size != nil {
-			d.PayloadSize = *size
-		}
-		m.Attempt = 0 // not a claim
-		if reason != nil {
-			d.Reason = *reason
-		}
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pgstore: list dead: %w", err)
-	}
-	return out, nil
+	return sqlcore.Each(rows, row)
 }
 
-// RetryDead makes the dead rows f matches pending again with a fresh attempt
-// count (retry_count 0, next_retry_at NULL; last_error is kept until the next
-// attempt) and returns how many it changed. It works in statements of 1,000
-// rows, each its own transaction; f.Limit does not apply.
-func (s *Store) RetryDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
-	return s.eachDeadBatch(ctx, "retry dead", f,
-		"UPDATE %[1]s SET status = 0, retry_count = 0, next_retry_at = NULL, updated_at = now() WHERE id IN (%[2]s)")
+func (r poolRunner) Exec(ctx context.Context, q string, args []any) (int64, error) {
+	tag, err := r.pool.Exec(ctx, numbered(q), args...)
+	return tag.RowsAffected(), err
 }
 
-// DiscardDead deletes the dead rows f matches and returns how many. It works
-// in statements of 1,000 rows, each its own transaction; f.Limit does not apply.
-func (s *Store) DiscardDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
-	return s.eachDeadBatch(ctx, "discard dead", f, "DELETE FROM %[1]s WHERE id IN (%[2]s)")
-}
+func (r poolRunner) Ping(ctx context.Context) error { return r.pool.Ping(ctx) }
 
-// eachDeadBatch runs stmt (with %[1]s the table and %[2]s a subquery of up to
-// adminBatch matching ids) until it changes fewer rows than a batch.
-func (s *Store) eachDeadBatch(ctx context.Context, what string, f outbox.DeadFilter, stmt string) (int64, error) {
-	q, err := s.queriesFor(ctx, s.poolRow)
-	if err != nil {
-		return 0, err
-	}
-	where, args, err := deadWhere(q, f)
-	if err != nil {
-		return 0, fmt.Errorf("pgstore: %s: %w", what, err)
-	}
-	sub := fmt.Sprintf("SELECT id FROM %s WHERE %s LIMIT %d FOR UPDATE SKIP LOCKED", s.ident, where, adminBatch)
-	sql := fmt.Sprintf(stmt, s.ident, sub)
-	var total int64
-	for {
-		tag, err := s.pool.Exec(ctx, s.m.SQL(sql), args...)
-		if err != nil {
-			return total, fmt.Errorf("pgstore: %s: %w", what, err)
+// numbered turns the "?" parameters of q, outside quotes, into $1, $2, ...
+func numbered(q string) string {
+	var b strings.Builder
+	n, quote := 0, byte(0)
+	for i := range len(q) {
+		switch c := q[i]; {
+		case quote != 0 && c == quote:
+			quote = 0
+		case quote != 0:
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '?':
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < adminBatch {
-			return total, nil
-		}
+		b.WriteByte(q[i])
 	}
+	return b.String()
 }
 
 // Archive moves up to p.Batch sent rows last updated at least p.OlderThan ago
@@ -218,7 +116,7 @@ INSERT INTO %[4]s (%[3]s) SELECT %[3]s FROM moved`, s.ident, pick, cols, archive
 // too long), in the same schema.
 func (s *Store) ArchiveTable() string {
 	parts, _ := splitTable(s.cfg.table) // validated by New
-	parts[len(parts)-1] = shorten(parts[len(parts)-1], "_archive", 63)
+	parts[len(parts)-1] = sqlcore.ArchiveName(parts[len(parts)-1], 63)
 	return strings.Join(parts, ".")
 }
 

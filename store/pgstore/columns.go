@@ -1,12 +1,11 @@
 package pgstore
 
 import (
-	"errors"
 	"fmt"
 	"maps"
-	"strings"
 
 	"github.com/outboxkit/outbox/internal/colmap"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 // WithColumns makes the Store poll a table whose columns have other names:
@@ -38,14 +37,7 @@ func (c *config) checkColumns() []error {
 	if len(c.columns) == 0 {
 		return nil
 	}
-	var errs []error
-	if err := c.columns.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("WithColumns: %w", err))
-	}
-	if c.columns.LogOnly() {
-		errs = append(errs, fmt.Errorf("WithColumns: a log-only mapping (no state columns: %s) cannot be polled; "+
-			"read the table with store/pgcdc", strings.Join(colmap.State, ", ")))
-	}
+	errs := sqlcore.CheckColumns(c.columns, "read the table with store/pgcdc")
 	for _, o := range []struct {
 		on   bool
 		name string
@@ -56,9 +48,6 @@ func (c *config) checkColumns() []error {
 	}
 	return errs
 }
-
-// errMapped is returned by the methods a mapped table does not support.
-var errMapped = errors.New("not available on a table mapped by WithColumns")
 
 // contractColumns turns the table's columns (name -> type) into the
 // contract's names for the mapped table: the columns the mapping names,

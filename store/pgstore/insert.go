@@ -86,10 +86,10 @@ func (s *Store) insertArgs(q *queries, msgs []*outbox.Message) ([]any, error) {
 		if m == nil {
 			return nil, fmt.Errorf("pgstore: insert: message %d is nil", i)
 		}
-		if err := sqlcore.CanHold(m, q.contentType, q.payloadBytes); err != nil {
+		if err := sqlcore.CanHold(m, q.ContentType, q.PayloadBytes); err != nil {
 			return nil, fmt.Errorf("pgstore: insert: message %d: %w", i, err)
 		}
-		if err := sqlcore.CanHoldTimes(m, q.deliverAt, q.expiresAt); err != nil {
+		if err := sqlcore.CanHoldTimes(m, q.DeliverAt, q.ExpiresAt); err != nil {
 			return nil, fmt.Errorf("pgstore: insert: message %d: %w", i, err)
 		}
 		deliverAts[i] = pgtype.Timestamptz{Time: m.DeliverAt, Valid: !m.DeliverAt.IsZero()}

@@ -46,7 +46,7 @@ var migratedColumns = append(slices.Clone(sqlcore.ContractColumns), "headers", "
 func (s *Store) Migrate(ctx context.Context) error {
 	if s.m != nil {
 		return fmt.Errorf("pgstore: migrate %s: %w: the table is the team's own, outbox migrate neither creates nor changes it",
-			s.cfg.table, errMapped)
+			s.cfg.table, sqlcore.ErrMapped)
 	}
 	defer s.forget()
 	parts, _ := splitTable(s.cfg.table) // validated by New

@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/colmap"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 // DefaultTable is the table a Store uses unless [WithTable] says otherwise.
@@ -48,7 +49,14 @@ var (
 //
 // A Store is safe for concurrent use. It never closes the pool.
 type Store struct {
+	// Admin has the methods the Store shares with the other stores, as
+	// their interfaces document them: ListDead, RetryDead and DiscardDead
+	// of [outbox.Admin] (in statements of 1,000 rows), CountRows of
+	// [outbox.RowCounter] and Ping of [outbox.Pinger].
+	sqlcore.Admin
+
 	pool    *pgxpool.Pool
+	core    *sqlcore.Core // the statements it runs as the other stores do, in PostgreSQL's dialect
 	cfg     config
 	ident   string // the table, quoted for SQL
 	channel string // NOTIFY channel, "" when notifications are off
@@ -253,6 +261,17 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if cfg.notify || cfg.notifyTrigger {
 		s.channel = channelName(cfg.table)
 	}
+	// Chunk: ids per CountRows statement, as the other stores count them.
+	s.core = &sqlcore.Core{D: dialect, Run: poolRunner{pool}, Table: s.ident, Chunk: 1000, Map: s.m,
+		Write: func(_ context.Context, f func() error) error { return f() },
+		Columns: func(ctx context.Context, _ sqlcore.Queryer) (sqlcore.Columns, error) {
+			q, err := s.queriesFor(ctx, s.poolRow)
+			if err != nil {
+				return sqlcore.Columns{}, err
+			}
+			return q.Columns, nil
+		}}
+	s.Admin = s.core.Admin()
 	return s, nil
 }
 
@@ -290,14 +309,6 @@ func shorten(base, suffix string, max int) string {
 
 // Table returns the table's name as configured (table or schema.table).
 func (s *Store) Table() string { return s.cfg.table }
-
-// Ping checks that the database is reachable.
-func (s *Store) Ping(ctx context.Context) error {
-	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("pgstore: ping: %w", err)
-	}
-	return nil
-}
 
 // queriesFor returns the statements for the table, finding out its columns
 // with run on first use.

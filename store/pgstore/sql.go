@@ -5,20 +5,45 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/outboxkit/outbox/internal/rowcheck"
 	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
+// dialect is PostgreSQL's SQL for the statements sqlcore builds (the
+// dead-letter admin, CountRows): "?" parameters, which poolRunner numbers,
+// and columns read as text, so that pgx hands back what sqlcore decodes.
+var dialect = &sqlcore.Dialect{
+	Store:         "pgstore",
+	Quote:         '"',
+	MaxIdent:      63,
+	PayloadPrefix: "substring(%s FROM 1 FOR %d)",
+	PayloadBytes:  "octet_length(%s)::bigint",
+	Casts: map[string]string{
+		sqlcore.ColMessageID: "::text", sqlcore.ColAggregateType: "::text", sqlcore.ColAggregateID: "::text",
+		sqlcore.ColEventType: "::text", sqlcore.ColPayload: "::text", sqlcore.ColHeaders: "::text",
+		sqlcore.ColTopic: "::text", sqlcore.ColPartitionKey: "::text", sqlcore.ColContentType: "::text",
+	},
+	ErrorContains: "strpos(last_error, ?) > 0",
+	// The attempts within an integer (a bigint column may hold more).
+	DeadHead:      fmt.Sprintf("c.id, LEAST(GREATEST(COALESCE(c.retry_count, 0), 0), %d)::integer", rowcheck.MaxAttempt),
+	UpdatedBefore: "updated_at <= now() - ?::bigint * interval '1 microsecond'",
+	AgeArg:        func(age time.Duration) any { return age.Microseconds() },
+	RetryDead: "UPDATE %[1]s SET status = 0, retry_count = 0, next_retry_at = NULL, updated_at = now()" +
+		" WHERE id IN (SELECT id FROM %[1]s WHERE %[2]s LIMIT %[3]d FOR UPDATE SKIP LOCKED)",
+	DiscardDead: "DELETE FROM %[1]s WHERE id IN (SELECT id FROM %[1]s WHERE %[2]s LIMIT %[3]d FOR UPDATE SKIP LOCKED)",
+	// A created_at kept as text, in the forms PostgreSQL and ISO 8601 write.
+	TimeLayouts: createdAtLayouts,
+}
+
 // queries are a table's statements, built once from its columns. The table
 // name in them is quoted by pgx.Identifier; every value is a parameter.
 type queries struct {
-	headers, topic, partitionKey, lastError bool
-	contentType, payloadBytes               bool // the table has content_type, payload_bytes
-	deliverAt, expiresAt                    bool // the table has deliver_at, expires_at
-	payloadJSON                             bool // the payload column is json or jsonb
-	utf8                                    bool // the server encoding is UTF8
-	createdAtText                           bool // created_at is text: read as text, parsed by message
+	sqlcore.Columns      // the optional columns the table has
+	payloadJSON     bool // the payload column is json or jsonb
+	utf8            bool // the server encoding is UTF8
+	createdAtText   bool // created_at is text: read as text, parsed by message
 
 	columnList   string        // the columns a claimedRow scans, of the table aliased o
 	dataColumns  string        // columnList without id and the attempt
@@ -87,7 +112,7 @@ const payloadBytesColumn = "CASE WHEN " + maxPayloadParam + "::integer > 0 THEN 
 // payloadSize is the SQL of the size in bytes of a row's payload (of the
 // table aliased o): payload_bytes's when the table has it and it is set.
 func (q *queries) payloadSize() string {
-	if q.payloadBytes {
+	if q.PayloadBytes {
 		return "COALESCE(octet_length(o.payload_bytes), octet_length(o.payload::text))"
 	}
 	return "octet_length(o.payload::text)"
@@ -165,14 +190,14 @@ func buildQueries(table string, cols map[string]string, opt buildOptions) (*quer
 		return nil, fmt.Errorf("missing contract columns: %s", strings.Join(missing, ", "))
 	}
 	q := &queries{}
-	_, q.headers = cols["headers"]
-	_, q.topic = cols["topic"]
-	_, q.partitionKey = cols["partition_key"]
-	_, q.lastError = cols["last_error"]
-	_, q.contentType = cols["content_type"]
-	_, q.payloadBytes = cols["payload_bytes"]
-	_, q.deliverAt = cols["deliver_at"]
-	_, q.expiresAt = cols["expires_at"]
+	_, q.Headers = cols["headers"]
+	_, q.Topic = cols["topic"]
+	_, q.PartitionKey = cols["partition_key"]
+	_, q.LastError = cols["last_error"]
+	_, q.ContentType = cols["content_type"]
+	_, q.PayloadBytes = cols["payload_bytes"]
+	_, q.DeliverAt = cols["deliver_at"]
+	_, q.ExpiresAt = cols["expires_at"]
 
 	payloadCast, err := jsonCast("payload", cols["payload"])
 	if err != nil {
@@ -214,32 +239,32 @@ func (q *queries) buildInsert(table string, cols map[string]string, payloadCast 
 	// that ids follow write order.
 	names := []string{"message_id", "aggregate_type", "aggregate_id", "event_type", "payload"}
 	exprs := []string{"m.message_id", "m.aggregate_type", "m.aggregate_id", "m.event_type", "m.payload" + payloadCast}
-	if q.headers {
+	if q.Headers {
 		cast, err := jsonCast("headers", cols["headers"])
 		if err != nil {
 			return err
 		}
 		names, exprs = append(names, "headers"), append(exprs, "m.headers"+cast)
 	}
-	if q.topic {
+	if q.Topic {
 		names, exprs = append(names, "topic"), append(exprs, "NULLIF(m.topic, '')")
 	}
-	if q.partitionKey {
+	if q.PartitionKey {
 		names, exprs = append(names, "partition_key"), append(exprs, "NULLIF(m.partition_key, '')")
 	}
-	if q.contentType {
+	if q.ContentType {
 		names, exprs = append(names, "content_type"), append(exprs, "NULLIF(m.content_type, '')")
 	}
-	if q.payloadBytes {
+	if q.PayloadBytes {
 		names, exprs = append(names, "payload_bytes"), append(exprs, "m.payload_bytes")
 	}
 	// A delayed message is written due at its time: deliver_at keeps the
 	// time asked for, next_retry_at (which the claims filter on, through
 	// their indexes) starts there, so the claims need no change.
-	if q.deliverAt {
+	if q.DeliverAt {
 		names, exprs = append(names, "deliver_at", "next_retry_at"), append(exprs, "m.deliver_at", "m.deliver_at")
 	}
-	if q.expiresAt {
+	if q.ExpiresAt {
 		names, exprs = append(names, "expires_at"), append(exprs, "m.expires_at")
 	}
 	q.insert = fmt.Sprintf(`INSERT INTO %s (%s)
@@ -272,9 +297,9 @@ func (q *queries) claimColumns(cols map[string]string) []string {
 		has bool
 		col string
 	}{
-		{q.headers, "o.headers::text"}, {q.topic, "o.topic::text"}, {q.partitionKey, "o.partition_key::text"},
-		{q.contentType, "o.content_type::text"}, {q.payloadBytes, payloadBytesColumn},
-		{q.deliverAt, "o.deliver_at::timestamptz"}, {q.expiresAt, "o.expires_at::timestamptz"},
+		{q.Headers, "o.headers::text"}, {q.Topic, "o.topic::text"}, {q.PartitionKey, "o.partition_key::text"},
+		{q.ContentType, "o.content_type::text"}, {q.PayloadBytes, payloadBytesColumn},
+		{q.DeliverAt, "o.deliver_at::timestamptz"}, {q.ExpiresAt, "o.expires_at::timestamptz"},
 	} {
 		if opt.has {
 			returning = append(returning, opt.col)
@@ -350,7 +375,7 @@ WHERE %s`, table, fence)
 USING unnest($1::bigint[], $2::integer[]) AS a(id, attempt)
 WHERE %s`, table, fence)
 
-	if q.lastError {
+	if q.LastError {
 		lastErr = ", last_error = a.err"
 	}
 	q.reschedule = fmt.Sprintf(`UPDATE %s AS o

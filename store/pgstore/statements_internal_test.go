@@ -134,3 +134,32 @@ func TestMapperRewrite(t *testing.T) {
 	var none *colmap.Rewriter
 	require.Equal(t, "SELECT id", none.SQL("SELECT id"))
 }
+
+// TestCoreStatementsPrepare prepares on PostgreSQL, numbered as poolRunner
+// runs them, the statements sqlcore builds for the Store (the dead-letter
+// admin with every filter), on a migrated table and on one without the
+// optional columns.
+func TestCoreStatementsPrepare(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _, _ := testsvc.PostgresSchema(t)
+	_, err := pool.Exec(ctx, `CREATE TABLE bare (id bigint PRIMARY KEY, message_id text, aggregate_type text,
+	aggregate_id text, event_type text, payload jsonb, status smallint, retry_count integer,
+	next_retry_at timestamptz, created_at timestamptz, updated_at timestamptz)`)
+	require.NoError(t, err)
+	for _, table := range []string{DefaultTable, "bare"} {
+		s, err := New(pool, WithTable(table))
+		require.NoError(t, err)
+		if table == DefaultTable {
+			require.NoError(t, s.Migrate(ctx))
+		}
+		q, err := s.queriesFor(ctx, s.poolRow)
+		require.NoError(t, err)
+		stmts, err := s.core.Statements(q.Columns, s.ident) // an archive with the table's columns
+		require.NoError(t, err)
+		for name, sql := range stmts {
+			_, err := pool.Exec(ctx, "PREPARE p AS "+numbered(sql)+"; DEALLOCATE p")
+			require.NoError(t, err, "%s: %s", name, numbered(sql))
+		}
+	}
+}

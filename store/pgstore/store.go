@@ -1,7 +1,6 @@
 package pgstore
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -86,11 +85,8 @@ type claimer interface {
 }
 
 func (s *Store) claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
-	if p.Limit < 1 {
-		return nil, fmt.Errorf("pgstore: claim: limit %d is less than 1", p.Limit)
-	}
-	if p.Lease <= 0 {
-		return nil, fmt.Errorf("pgstore: claim: lease %v is not positive", p.Lease)
+	if err := dialect.CheckClaim(p); err != nil {
+		return nil, err
 	}
 	q, err := s.queriesFor(ctx, s.poolRow)
 	if err != nil {
@@ -147,25 +143,25 @@ func (r *claimedRow) dest(q *queries, maxPayload int32) []any {
 	if q.createdAtText {
 		d[7] = &r.createdAtText
 	}
-	if q.headers {
+	if q.Headers {
 		d = append(d, &r.headers)
 	}
-	if q.topic {
+	if q.Topic {
 		d = append(d, &r.topic)
 	}
-	if q.partitionKey {
+	if q.PartitionKey {
 		d = append(d, &r.partitionKey)
 	}
-	if q.contentType {
+	if q.ContentType {
 		d = append(d, &r.contentType)
 	}
-	if q.payloadBytes {
+	if q.PayloadBytes {
 		d = append(d, &r.payloadBytes)
 	}
-	if q.deliverAt {
+	if q.DeliverAt {
 		d = append(d, &r.deliverAt)
 	}
-	if q.expiresAt {
+	if q.ExpiresAt {
 		d = append(d, &r.expiresAt)
 	}
 	return d
@@ -284,17 +280,15 @@ func (r *claimedRow) decodePayload(m *outbox.Message) []string {
 	return nil
 }
 
-// parseCreatedAt reads a created_at kept as text in the forms PostgreSQL
-// and ISO 8601 write times; the zero time (only the latency metric reads it)
-// when it is none of them.
+// createdAtLayouts are the forms PostgreSQL and ISO 8601 write times in.
+var createdAtLayouts = []string{time.RFC3339Nano, "2006-01-02 15:04:05.999999999Z07", "2006-01-02 15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999"}
+
+// parseCreatedAt reads a created_at kept as text in one of createdAtLayouts;
+// the zero time (only the latency metric reads it) when it is none of them.
 func parseCreatedAt(s string) time.Time {
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02 15:04:05.999999999Z07", "2006-01-02 15:04:05.999999999Z07:00",
-		"2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999"} {
-		if t, err := time.Parse(layout, strings.TrimSpace(s)); err == nil {
-			return t
-		}
-	}
-	return time.Time{}
+	t, _ := dialect.ParseTime(strings.TrimSpace(s))
+	return t
 }
 
 // decodeHeaders decodes a headers column into *h as json.Unmarshal does.
@@ -379,15 +373,11 @@ func skipJSONSpace(s string, i int) int {
 // fenceArgs returns the row ids and attempts of msgs, sorted by id so that
 // concurrent statements lock rows in the same order.
 func fenceArgs(msgs []*outbox.Message) ([]int64, []int32, error) {
-	ms := slices.Clone(msgs)
-	for i, m := range ms {
-		if m == nil {
-			return nil, nil, fmt.Errorf("message %d is nil", i)
-		}
+	if i := slices.Index(msgs, nil); i >= 0 {
+		return nil, nil, fmt.Errorf("message %d is nil", i)
 	}
-	slices.SortStableFunc(ms, func(a, b *outbox.Message) int { return cmp.Compare(a.RowID, b.RowID) })
-	ids := make([]int64, len(ms))
-	attempts := make([]int32, len(ms))
+	ms := sqlcore.ByRowID(msgs, func(m *outbox.Message) *outbox.Message { return m })
+	ids, attempts := make([]int64, len(ms)), make([]int32, len(ms))
 	for i, m := range ms {
 		ids[i], attempts[i] = m.RowID, int32(m.Attempt)
 	}
@@ -421,36 +411,6 @@ func (s *Store) Ack(ctx context.Context, p outbox.AckParams) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
-// CountRows returns how many rows with these ids the table holds, whatever
-// their status; part of [outbox.RowCounter].
-func (s *Store) CountRows(ctx context.Context, rowIDs []int64) (int, error) {
-	var n int
-	if err := s.pool.QueryRow(ctx, s.m.SQL("SELECT count(*) FROM "+s.ident+" WHERE id = ANY($1)"), rowIDs).Scan(&n); err != nil {
-		return 0, fmt.Errorf("pgstore: count rows: %w", err)
-	}
-	return n, nil
-}
-
-// retryArg is one row of a Reschedule or Kill, for sorting by id.
-type retryArg struct {
-	id      int64
-	attempt int32
-	at      time.Time
-	err     string
-}
-
-func sortedRetries(args []retryArg) ([]int64, []int32, []time.Time, []string) {
-	slices.SortStableFunc(args, func(a, b retryArg) int { return cmp.Compare(a.id, b.id) })
-	ids := make([]int64, len(args))
-	attempts := make([]int32, len(args))
-	ats := make([]time.Time, len(args))
-	errs := make([]string, len(args))
-	for i, a := range args {
-		ids[i], attempts[i], ats[i], errs[i] = a.id, a.attempt, a.at, a.err
-	}
-	return ids, attempts, ats, errs
-}
-
 // Reschedule makes the messages due again at their Retry.At and records
 // Retry.Err in last_error (when the table has it), in one statement fenced
 // like Ack. With p.Refund the claim's attempt is given back (retry_count - 1).
@@ -478,14 +438,16 @@ func (s *Store) Reschedule(ctx context.Context, p outbox.RescheduleParams) error
 
 // retryArgs returns the parameters of a reschedule statement, sorted by id.
 func retryArgs(retries []outbox.Retry) ([]int64, []int32, []time.Time, []string, error) {
-	args := make([]retryArg, len(retries))
 	for i, r := range retries {
 		if r.Message == nil {
 			return nil, nil, nil, nil, fmt.Errorf("retry %d has a nil message", i)
 		}
-		args[i] = retryArg{id: r.Message.RowID, attempt: int32(r.Message.Attempt), at: r.At, err: cleanText(r.Err)}
 	}
-	ids, attempts, ats, errs := sortedRetries(args)
+	rs := sqlcore.ByRowID(retries, func(r outbox.Retry) *outbox.Message { return r.Message })
+	ids, attempts, ats, errs := make([]int64, len(rs)), make([]int32, len(rs)), make([]time.Time, len(rs)), make([]string, len(rs))
+	for i, r := range rs {
+		ids[i], attempts[i], ats[i], errs[i] = r.Message.RowID, int32(r.Message.Attempt), r.At, cleanText(r.Err)
+	}
 	return ids, attempts, ats, errs, nil
 }
 
@@ -511,14 +473,16 @@ func (s *Store) Kill(ctx context.Context, p outbox.KillParams) error {
 
 // deadArgs returns the parameters of a kill statement, sorted by id.
 func deadArgs(dead []outbox.Dead) ([]int64, []int32, []string, error) {
-	args := make([]retryArg, len(dead))
 	for i, d := range dead {
 		if d.Message == nil {
 			return nil, nil, nil, fmt.Errorf("dead %d has a nil message", i)
 		}
-		args[i] = retryArg{id: d.Message.RowID, attempt: int32(d.Message.Attempt), err: cleanText(d.Reason)}
 	}
-	ids, attempts, _, reasons := sortedRetries(args)
+	ds := sqlcore.ByRowID(dead, func(d outbox.Dead) *outbox.Message { return d.Message })
+	ids, attempts, reasons := make([]int64, len(ds)), make([]int32, len(ds)), make([]string, len(ds))
+	for i, d := range ds {
+		ids[i], attempts[i], reasons[i] = d.Message.RowID, int32(d.Message.Attempt), cleanText(d.Reason)
+	}
 	return ids, attempts, reasons, nil
 }
 
@@ -533,14 +497,10 @@ func (s *Store) Stats(ctx context.Context) (*outbox.Stats, error) {
 	if err != nil {
 		return nil, err
 	}
-	var st outbox.Stats
-	var oldestMicros int64
-	if err := s.pool.QueryRow(ctx, s.m.SQL(q.stats)).Scan(
-		&st.Pending, &oldestMicros, &st.Dead, &st.SentLastMinute, &st.SentLastHour, &st.OtherStatus); err != nil {
-		return nil, fmt.Errorf("pgstore: stats: %w", err)
-	}
-	st.OldestPending = rowcheck.Age(oldestMicros)
-	return &st, nil
+	return s.core.Stats(ctx, q.stats, nil, func(oldest any) (time.Duration, error) {
+		micros, _ := oldest.(int64)
+		return rowcheck.Age(micros), nil
+	})
 }
 
 // cleanText makes s storable in a text column: valid UTF-8, no NUL bytes

@@ -82,17 +82,7 @@ func TestClaimPlanContractOnly(t *testing.T) {
 func TestMissingIndexes(t *testing.T) {
 	t.Parallel()
 	db := testDB(t)
-	ctx := t.Context()
-	_, err := db.ExecContext(ctx, `CREATE TABLE legacy (id INTEGER PRIMARY KEY AUTOINCREMENT, status INTEGER NOT NULL DEFAULT 0,
-		next_retry_at TEXT, aggregate_type TEXT, aggregate_id TEXT)`)
-	require.NoError(t, err)
-	s, err := New(db, WithTable("legacy"))
-	require.NoError(t, err)
-	migrated, err := New(db)
-	require.NoError(t, err)
-	require.NoError(t, migrated.Migrate(ctx))
-	storetest.CheckMissingIndexes(t, s, migrated, func(sql string) {
-		_, err := db.ExecContext(ctx, sql)
-		require.NoError(t, err)
-	}, 2)
+	storetest.CheckSQLMissingIndexes(t, db, `CREATE TABLE legacy (id INTEGER PRIMARY KEY AUTOINCREMENT, status INTEGER NOT NULL DEFAULT 0,
+		next_retry_at TEXT, aggregate_type TEXT, aggregate_id TEXT)`,
+		func(table string) (*Store, error) { return New(db, WithTable(table)) })
 }

@@ -97,28 +97,16 @@ func handMadeStore(t *testing.T) (*sqlitestore.Store, *sql.DB) {
 	return sqltest.OnTable(t, sqlitestore.New, db, fmt.Sprintf(contractDDL, "outbox_message"))
 }
 
-func sqliteTime(tm time.Time) any { return tm.UTC().Format("2006-01-02 15:04:05.000000") }
-
 func TestStore(t *testing.T) {
-	storetest.Run(t, storetest.Harness{
-		Runs:    true, // ordered claims return runs (runs.go)
-		Dialect: storetest.SQLite,
-		New: func(t *testing.T) *storetest.Fixture {
-			s, db := newStore(t)
-			return &storetest.Fixture{Store: s, Write: retryBusy(sqltest.Write(db, s)), DB: db, Table: s.Table()}
-		},
-		Chunked: func(t *testing.T, rows int) *storetest.Fixture {
-			s, db := newStore(t, sqlitestore.WithChunkRows(rows))
-			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: s.Table()}
-		},
-		ContractOnly: func(t *testing.T) *storetest.Fixture {
+	storetest.RunSQL(t, storetest.SQLSuite[*sqlitestore.Store, sqlitestore.Option]{
+		// Ordered claims return runs (runs.go).
+		Harness: storetest.Harness{Runs: true, Dialect: storetest.SQLite, InvalidJSON: true, Time: storetest.TextTime},
+		New:     newStore, ChunkRows: sqlitestore.WithChunkRows, Write: retryBusy,
+		ContractOnly: func(t *testing.T) (*sqlitestore.Store, *sql.DB) {
 			db, _ := openDB(t)
-			s, db := sqltest.OnTable(t, sqlitestore.New, db, fmt.Sprintf(contractDDL, "legacy_outbox"),
+			return sqltest.OnTable(t, sqlitestore.New, db, fmt.Sprintf(contractDDL, "legacy_outbox"),
 				sqlitestore.WithTable("legacy_outbox"))
-			return &storetest.Fixture{Store: s, Write: sqltest.Write(db, s), DB: db, Table: "legacy_outbox"}
 		},
-		InvalidJSON: true,
-		Time:        sqliteTime,
 	})
 }
 
@@ -274,30 +262,11 @@ func TestSQLStore(t *testing.T) {
 func TestMigrateUpgradesHandMadeTable(t *testing.T) {
 	t.Parallel()
 	s, db := handMadeStore(t)
-	ctx := t.Context()
-	write := sqltest.Write(db, s)
-	require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E",
-		Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}}))
-
-	require.NoError(t, s.Migrate(ctx))
-	cols := tableColumns(t, db, "outbox_message")
-	for _, c := range []string{"headers", "topic", "partition_key", "last_error"} {
-		require.Contains(t, cols, c)
-	}
-	require.Equal(t, 1, sqltest.Count(t, db, "outbox_message"), "the row written before survives")
-	var idx int
-	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'outbox_message_pending'`).Scan(&idx))
-	require.Equal(t, 1, idx, "the pending index is added")
-
-	// After Migrate the store writes and reads the new columns.
-	require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "2", EventType: "E",
-		Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}, Topic: "t1"}))
-	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Minute})
-	require.NoError(t, err)
-	require.Len(t, c.Messages, 2)
-	require.Empty(t, c.Messages[0].Headers, "written before the column existed")
-	require.Equal(t, map[string]string{"k": "v"}, c.Messages[1].Headers)
-	require.Equal(t, "t1", c.Messages[1].Topic)
+	sqltest.MigrateUpgrades(t, s, db, func() []string { return tableColumns(t, db, "outbox_message") }, func() {
+		var idx int
+		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'outbox_message_pending'`).Scan(&idx))
+		require.Equal(t, 1, idx, "the pending index is added")
+	})
 }
 
 func tableColumns(t *testing.T, db *sql.DB, table string) []string {

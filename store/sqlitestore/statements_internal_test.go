@@ -40,16 +40,11 @@ var stmts = sqltest.Statements[*Store]{
 	Golden:  func(t *testing.T, name, got string) { testsvc.Golden(t, name, got, *updateGolden) },
 }
 
-// TestStatementsGolden: see sqltest.StatementsGolden.
-func TestStatementsGolden(t *testing.T) {
+// TestStatements checks every statement against testdata and prepares it
+// on a database file: see sqltest.RunStatements.
+func TestStatements(t *testing.T) {
 	t.Parallel()
-	sqltest.StatementsGolden(t, stmts)
-}
-
-// TestStatementsPrepare: see sqltest.StatementsPrepare; on a database file.
-func TestStatementsPrepare(t *testing.T) {
-	t.Parallel()
-	sqltest.StatementsPrepare(t, stmts)
+	sqltest.RunStatements(t, stmts)
 }
 
 // statements returns, by name, the statements the Store builds itself (not

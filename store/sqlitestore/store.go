@@ -101,7 +101,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if cfg.chunkRows < 1 {
 		return nil, fmt.Errorf("sqlitestore: new store: chunk of %d rows", cfg.chunkRows)
 	}
-	if err := errors.Join(sqlcore.CheckColumns(cfg.columns)...); err != nil {
+	if err := errors.Join(sqlcore.CheckColumns(cfg.columns, "map the state columns too")...); err != nil {
 		return nil, fmt.Errorf("sqlitestore: new store: %w", err)
 	}
 	s := &Store{db: db, table: t, gate: gateFor(db), chunk: cfg.chunkRows, mapping: cfg.columns}

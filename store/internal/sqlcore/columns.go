@@ -10,8 +10,9 @@ import (
 
 // CheckColumns returns the problems of a store's WithColumns mapping m (none
 // when m is empty): those of colmap's Validate, and a log-only mapping,
-// which a polling store cannot settle rows with.
-func CheckColumns(m colmap.Map) []error {
+// which a polling store cannot settle rows with (fix says what to do
+// instead).
+func CheckColumns(m colmap.Map, fix string) []error {
 	if len(m) == 0 {
 		return nil
 	}
@@ -20,8 +21,8 @@ func CheckColumns(m colmap.Map) []error {
 		errs = append(errs, fmt.Errorf("WithColumns: %w", err))
 	}
 	if m.LogOnly() {
-		errs = append(errs, fmt.Errorf("WithColumns: a log-only mapping (no state columns: %s) cannot be polled; "+
-			"map the state columns too", strings.Join(colmap.State, ", ")))
+		errs = append(errs, fmt.Errorf("WithColumns: a log-only mapping (no state columns: %s) cannot be polled; %s",
+			strings.Join(colmap.State, ", "), fix))
 	}
 	return errs
 }

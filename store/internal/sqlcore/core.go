@@ -19,10 +19,13 @@ import (
 // inserting, acknowledging, rescheduling and killing in chunks of
 // statements, counting rows, the dead-letter admin and moving archived
 // rows. A store builds one in its constructor, calls it from its own
-// methods and embeds its Shared methods.
+// methods and embeds its Shared methods (pgstore its Admin methods).
 type Core struct {
-	D     *Dialect
-	DB    *sql.DB
+	D  *Dialect
+	DB *sql.DB // for the transactions; nil for a store that has its own (pgstore)
+	// Run runs the statements that need no transaction; Shared and Admin
+	// set SQLRunner{DB} where it is nil.
+	Run   Runner
 	Table string // quoted, as it goes into SQL
 	Chunk int    // messages per statement
 	// Columns returns the table's optional columns, detecting them through
@@ -94,7 +97,7 @@ func (d *Dialect) deadWhere(cols Columns, f outbox.DeadFilter) (string, []any, e
 		if !cols.LastError {
 			return "", nil, errors.New("the table has no last_error column to search")
 		}
-		conds = append(conds, "INSTR(last_error, ?) > 0")
+		conds = append(conds, cmp.Or(d.ErrorContains, "INSTR(last_error, ?) > 0"))
 		args = append(args, f.ErrorContains)
 	}
 	return strings.Join(conds, " AND "), args, nil
@@ -115,20 +118,17 @@ func (c *Core) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.Dead
 		limit = DefaultDeadLimit
 	}
 	sel, maxPayload := SelectColumns(cols), rowcheck.PayloadLimit(f.MaxPayload)
-	rows, err := c.DB.QueryContext(ctx, c.Map.SQL(c.listDeadSQL(cols, where, maxPayload)), append(args, min(limit, MaxDeadLimit))...)
-	if err != nil {
-		return nil, c.errorf("list dead", err)
-	}
-	defer rows.Close()
 	var out []outbox.DeadMessage
-	for rows.Next() {
-		d, err := c.D.scanDead(rows, sel, maxPayload)
-		if err != nil {
-			return nil, c.errorf("list dead: read row", err)
-		}
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
+	err = c.Run.Query(ctx, c.Map.SQL(c.listDeadSQL(cols, where, maxPayload)), append(args, min(limit, MaxDeadLimit)),
+		func(rows Scanner) error {
+			d, err := c.D.scanDead(rows, sel, maxPayload)
+			if err != nil {
+				return fmt.Errorf("read row: %w", err)
+			}
+			out = append(out, d)
+			return nil
+		})
+	if err != nil {
 		return nil, c.errorf("list dead", err)
 	}
 	return out, nil
@@ -172,7 +172,7 @@ func (c *Core) Statements(cols Columns, archive string) (map[string]string, erro
 
 // scanDead reads a row of ListDead: id, attempts, the columns sel, the last
 // error, when it died and the payload's size.
-func (d *Dialect) scanDead(rows *sql.Rows, sel []string, maxPayload int) (outbox.DeadMessage, error) {
+func (d *Dialect) scanDead(rows Scanner, sel []string, maxPayload int) (outbox.DeadMessage, error) {
 	var id, retries int64
 	var lastErr, diedAt, size any
 	r, err := d.Scan(rows, sel, maxPayload, nil, []any{&id, &retries}, []any{&lastErr, &diedAt, &size})
@@ -219,7 +219,7 @@ func (c *Core) eachDeadBatch(ctx context.Context, what string, f outbox.DeadFilt
 		}
 		var n int64
 		err := c.Write(ctx, func() (err error) {
-			n, err = ExecCount(ctx, c.DB, c.Map.SQL(q), all)
+			n, err = c.Run.Exec(ctx, c.Map.SQL(q), all)
 			return err
 		})
 		if err != nil {
@@ -349,7 +349,7 @@ func (c *Core) CountRows(ctx context.Context, rowIDs []int64) (int, error) {
 		}
 		var n int
 		q := "SELECT count(*) FROM " + c.Table + " WHERE id IN (" + Placeholders(len(part)) + ")"
-		if err := c.DB.QueryRowContext(ctx, c.Map.SQL(q), args...).Scan(&n); err != nil {
+		if err := QueryRow(ctx, c.Run, c.Map.SQL(q), args, &n); err != nil {
 			return 0, c.errorf("count rows", err)
 		}
 		total += n
@@ -367,8 +367,8 @@ func (c *Core) Stats(ctx context.Context, query string, args []any, age func(old
 	}
 	var st outbox.Stats
 	var oldest any
-	err := c.DB.QueryRowContext(ctx, c.Map.SQL(query), args...).
-		Scan(&st.Pending, &oldest, &st.Dead, &st.SentLastMinute, &st.SentLastHour, &st.OtherStatus)
+	err := QueryRow(ctx, c.Run, c.Map.SQL(query), args,
+		&st.Pending, &oldest, &st.Dead, &st.SentLastMinute, &st.SentLastHour, &st.OtherStatus)
 	if err == nil && oldest != nil {
 		st.OldestPending, err = age(oldest)
 	}
@@ -380,7 +380,7 @@ func (c *Core) Stats(ctx context.Context, query string, args []any, age func(old
 
 // Ping checks that the database can be reached.
 func (c *Core) Ping(ctx context.Context) error {
-	if err := c.DB.PingContext(ctx); err != nil {
+	if err := c.Run.Ping(ctx); err != nil {
 		return c.errorf("ping", err)
 	}
 	return nil

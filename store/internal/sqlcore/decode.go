@@ -1,7 +1,6 @@
 package sqlcore
 
 import (
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,9 +72,9 @@ func SelectColumns(c Columns) []string {
 func (d *Dialect) ClaimColumns(prefix string, sel []string, maxPayload int) string {
 	cols := make([]string, len(sel))
 	for i, col := range sel {
-		cols[i] = prefix + col
+		cols[i] = prefix + col + d.Casts[col]
 		if (col == ColPayload || col == ColPayloadBytes) && maxPayload > 0 {
-			cols[i] = fmt.Sprintf(d.PayloadPrefix, prefix+col, maxPayload+1)
+			cols[i] = fmt.Sprintf(d.PayloadPrefix, cols[i], maxPayload+1)
 		}
 	}
 	return strings.Join(cols, ", ")
@@ -85,9 +84,9 @@ func (d *Dialect) ClaimColumns(prefix string, sel []string, maxPayload int) stri
 // aliased by prefix (an alias and a dot, or ""): payload_bytes's when it is
 // set, else payload's.
 func (d *Dialect) PayloadSize(prefix string, c Columns) string {
-	size := fmt.Sprintf(d.PayloadBytes, prefix+ColPayload)
+	size := fmt.Sprintf(d.PayloadBytes, prefix+ColPayload+d.Casts[ColPayload])
 	if c.PayloadBytes {
-		size = "COALESCE(" + fmt.Sprintf(d.PayloadBytes, prefix+ColPayloadBytes) + ", " + size + ")"
+		size = "COALESCE(" + fmt.Sprintf(d.PayloadBytes, prefix+ColPayloadBytes+d.Casts[ColPayloadBytes]) + ", " + size + ")"
 	}
 	return size
 }
@@ -186,7 +185,7 @@ type Scanned struct {
 // sel, then tail (pointers), and decodes the columns (DecodeRow). A payload
 // over maxPayload (above 0), which ClaimColumns read only in part, is
 // replaced with partial first.
-func (d *Dialect) Scan(rows *sql.Rows, sel []string, maxPayload int, partial any, lead, tail []any) (Scanned, error) {
+func (d *Dialect) Scan(rows Scanner, sel []string, maxPayload int, partial any, lead, tail []any) (Scanned, error) {
 	vals := make([]any, len(sel))
 	ptrs := slices.Clone(lead)
 	for i := range vals {

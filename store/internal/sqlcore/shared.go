@@ -7,22 +7,35 @@ import (
 	"github.com/outboxkit/outbox"
 )
 
-// Shared is embedded in the Store of mysqlstore and sqlitestore: the
-// methods they have alike, on the Core the Store built. Their godoc is here
-// once; each Store's documentation names what its database does
-// differently.
-type Shared struct{ c *Core }
+// Admin is embedded in the Store of every store: the methods of the
+// dead-letter admin, CountRows and Ping, on the Core the Store built. Their
+// godoc is here once; each Store's documentation names what its database
+// does differently.
+type Admin struct{ c *Core }
 
-// Shared returns the methods the stores share, on c. It is called once c
-// is complete (its RescheduleSQL and KillSQL set).
-func (c *Core) Shared() Shared { return Shared{c: c} }
+// Shared is embedded in the Store of mysqlstore and sqlitestore: Admin's
+// methods, and Reschedule and Kill, which they settle alike.
+type Shared struct{ Admin }
+
+// Admin returns the admin methods on c, whose Run is then set (SQLRunner
+// of c.DB where it was nil). It is called once c is complete.
+func (c *Core) Admin() Admin {
+	if c.Run == nil {
+		c.Run = SQLRunner{DB: c.DB}
+	}
+	return Admin{c: c}
+}
+
+// Shared returns the methods the database/sql stores share, on c. It is
+// called once c is complete (its RescheduleSQL and KillSQL set).
+func (c *Core) Shared() Shared { return Shared{c.Admin()} }
 
 // Ping checks that the database can be reached.
-func (s Shared) Ping(ctx context.Context) error { return s.c.Ping(ctx) }
+func (s Admin) Ping(ctx context.Context) error { return s.c.Ping(ctx) }
 
 // CountRows returns how many rows with these ids the table holds, whatever
 // their status; part of [outbox.RowCounter].
-func (s Shared) CountRows(ctx context.Context, rowIDs []int64) (int, error) {
+func (s Admin) CountRows(ctx context.Context, rowIDs []int64) (int, error) {
 	return s.c.CountRows(ctx, rowIDs)
 }
 
@@ -45,7 +58,7 @@ func (s Shared) Kill(ctx context.Context, p outbox.KillParams) error {
 // (default 100, capped at 10,000), without the payloads over f.MaxPayload.
 // Rows that cannot be decoded are listed with what could be read. It only
 // reads.
-func (s Shared) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.DeadMessage, error) {
+func (s Admin) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.DeadMessage, error) {
 	return s.c.ListDead(ctx, f)
 }
 
@@ -53,14 +66,14 @@ func (s Shared) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.Dea
 // count (retry_count 0, next_retry_at NULL; last_error is kept until the
 // next attempt) and returns how many it changed. It works in statements of
 // 1,000 rows, each its own transaction; f.Limit does not apply.
-func (s Shared) RetryDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
+func (s Admin) RetryDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
 	return s.c.RetryDead(ctx, f)
 }
 
 // DiscardDead deletes the dead rows f matches and returns how many. It works
 // in statements of 1,000 rows, each its own transaction; f.Limit does not
 // apply.
-func (s Shared) DiscardDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
+func (s Admin) DiscardDead(ctx context.Context, f outbox.DeadFilter) (int64, error) {
 	return s.c.DiscardDead(ctx, f)
 }
 

@@ -1,10 +1,13 @@
-// Package sqlcore holds what the database/sql stores (mysqlstore,
-// sqlitestore) do alike: reading claimed and dead rows, the dead-letter
-// admin, archive batches, statements run in chunks, table names, and the
-// clean-up of error texts. What differs between their databases is described
-// by a [Dialect], which each store defines once, next to its statements.
+// Package sqlcore holds what the stores do alike: reading claimed and dead
+// rows, the dead-letter admin, archive batches, statements run in chunks,
+// table names, and the clean-up of error texts. What differs between their
+// databases is described by a [Dialect], which each store defines once,
+// next to its statements.
 //
-// pgstore (pgx) uses only the pure parts: [ContractColumns] and [ErrorText].
+// The database/sql stores (mysqlstore, sqlitestore) use all of it. pgstore
+// keeps its hot paths (writes, claims, settling) on pgx and runs the rest
+// (the dead-letter admin, Stats, CountRows, Ping) through an [Admin] on a
+// [Runner] of its pool.
 package sqlcore
 
 import (
@@ -28,8 +31,15 @@ type Dialect struct {
 	// PayloadPrefix reads the first n characters of a column: a format with
 	// %s the column and %d n ("LEFT(%s, %d)").
 	PayloadPrefix string
-	// PayloadBytes is a column's size in bytes: a format with %s the column ("LENGTH(%s)").
+	// PayloadBytes is a column's size in bytes, as a 64-bit integer: a
+	// format with %s the column ("LENGTH(%s)").
 	PayloadBytes string
+	// Casts are what a column read as a message's column (ClaimColumns,
+	// PayloadSize) is cast with, by name ("::text"); nil casts none.
+	Casts map[string]string
+	// ErrorContains is the condition "last_error contains ?"; "" is
+	// "INSTR(last_error, ?) > 0".
+	ErrorContains string
 	// DeadHead selects a dead row's id and its attempts (retry_count as an
 	// integer, 0 where it is not one) from the table aliased c.
 	DeadHead string
@@ -103,6 +113,76 @@ func ErrorText(s string) string {
 		cut--
 	}
 	return s[:cut]
+}
+
+// Scanner reads the current row: a *sql.Rows, or pgx's Rows.
+type Scanner interface{ Scan(dest ...any) error }
+
+// Runner runs the statements of the methods that need no transaction
+// (ListDead, RetryDead, DiscardDead, CountRows, Stats and Ping): a *sql.DB
+// through SQLRunner, or a store's own pool. Their parameters are "?".
+type Runner interface {
+	// Query runs query and calls row with each row it returns, in order.
+	Query(ctx context.Context, query string, args []any, row func(Scanner) error) error
+	// Exec runs query and returns how many rows it changed.
+	Exec(ctx context.Context, query string, args []any) (int64, error)
+	// Ping checks that the database can be reached.
+	Ping(ctx context.Context) error
+}
+
+// SQLRunner is the Runner of a *sql.DB.
+type SQLRunner struct{ DB *sql.DB }
+
+// Query runs query and calls row with each row it returns.
+func (r SQLRunner) Query(ctx context.Context, query string, args []any, row func(Scanner) error) error {
+	rows, err := r.DB.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	return Each(rows, row)
+}
+
+// Rows are the rows of a query: a *sql.Rows, or pgx's Rows.
+type Rows interface {
+	Scanner
+	Next() bool
+	Err() error
+}
+
+// Each calls row with each of rows, in order, and returns the first error.
+func Each(rows Rows, row func(Scanner) error) error {
+	for rows.Next() {
+		if err := row(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// Exec runs query and returns how many rows it changed.
+func (r SQLRunner) Exec(ctx context.Context, query string, args []any) (int64, error) {
+	return ExecCount(ctx, r.DB, query, args)
+}
+
+// Ping checks that the database can be reached.
+func (r SQLRunner) Ping(ctx context.Context) error { return r.DB.PingContext(ctx) }
+
+// QueryRow runs query through r and scans its first row into dest;
+// sql.ErrNoRows when it returns none.
+func QueryRow(ctx context.Context, r Runner, query string, args []any, dest ...any) error {
+	found := false
+	err := r.Query(ctx, query, args, func(s Scanner) error {
+		if found {
+			return nil
+		}
+		found = true
+		return s.Scan(dest...)
+	})
+	if err == nil && !found {
+		err = sql.ErrNoRows
+	}
+	return err
 }
 
 // Queryer is a *sql.DB, *sql.Conn or *sql.Tx.

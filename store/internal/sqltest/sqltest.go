@@ -375,3 +375,35 @@ func RenameColumns(t testing.TB, db *sql.DB, table string, cols map[string]strin
 		}
 	}
 }
+
+// MigrateUpgrades checks Migrate on s, a store on db's table outbox_message
+// that has the contract's columns only: a message written before survives
+// two Migrates, the table then has the optional columns (columns returns the
+// names of its columns) and passes check (the database's own changes), and
+// the store writes and reads the new columns.
+func MigrateUpgrades(t *testing.T, s Store, db *sql.DB, columns func() []string, check func()) {
+	t.Helper()
+	ctx := t.Context()
+	write := Write(db, s)
+	require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "1", EventType: "E",
+		Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}}))
+
+	require.NoError(t, s.Migrate(ctx))
+	require.NoError(t, s.Migrate(ctx), "twice")
+	cols := columns()
+	for _, c := range []string{"headers", "topic", "partition_key", "last_error"} {
+		require.Contains(t, cols, c)
+	}
+	require.Equal(t, 1, Count(t, db, "outbox_message"), "the row written before survives")
+	check()
+
+	require.NoError(t, write(ctx, &outbox.Message{AggregateType: "a", AggregateID: "2", EventType: "E",
+		Payload: []byte(`{}`), Headers: map[string]string{"k": "v"}, Topic: "t1", PartitionKey: "p"}))
+	c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, c.Messages, 2)
+	require.Empty(t, c.Messages[0].Headers, "written before the column existed")
+	require.Equal(t, map[string]string{"k": "v"}, c.Messages[1].Headers)
+	require.Equal(t, "t1", c.Messages[1].Topic)
+	require.Equal(t, "p", c.Messages[1].PartitionKey)
+}

@@ -53,6 +53,20 @@ func (h Statements[S]) dump(t *testing.T, s S, db *sql.DB) string {
 	return b.String()
 }
 
+// RunStatements runs StatementsGolden and StatementsPrepare on h, as the
+// parallel subtests Golden and Prepare.
+func RunStatements[S any](t *testing.T, h Statements[S]) {
+	t.Helper()
+	t.Run("Golden", func(t *testing.T) {
+		t.Parallel()
+		StatementsGolden(t, h)
+	})
+	t.Run("Prepare", func(t *testing.T) {
+		t.Parallel()
+		StatementsPrepare(t, h)
+	})
+}
+
 // StatementsGolden checks, in parallel subtests, every statement a Store
 // without a mapping builds for the migrated table against statements.golden
 // (written before WithColumns came: byte for byte what the Store ran
