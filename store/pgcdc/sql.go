@@ -17,6 +17,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/colmap"
 	"github.com/outboxkit/outbox/internal/rowcheck"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 // table is what the source writes to the outbox table: it settles kept rows
@@ -311,7 +312,7 @@ func (t *table) reschedule(ctx context.Context, retries []rowRetry, refund bool)
 	ids, attempts, ats, reasons := make([]int64, n), make([]int32, n), make([]time.Time, n), make([]string, n)
 	counted := make([]int32, n)
 	for i, r := range retries {
-		ids[i], attempts[i], ats[i], reasons[i], counted[i] = r.id, int32(r.attempt), r.at, clean(r.err), int32(r.counted)
+		ids[i], attempts[i], ats[i], reasons[i], counted[i] = r.id, int32(r.attempt), r.at, sqlcore.PGText(r.err), int32(r.counted)
 	}
 	back := 0
 	if refund {
@@ -368,7 +369,7 @@ func (t *table) changedIDs(ctx context.Context, q string, args ...any) (map[int6
 func (t *table) markDead(ctx context.Context, dead []outbox.Dead) (map[int64]bool, error) {
 	ids, attempts, reasons := make([]int64, len(dead)), make([]int32, len(dead)), make([]string, len(dead))
 	for i, d := range dead {
-		ids[i], attempts[i], reasons[i] = d.Message.RowID, int32(d.Message.Attempt), clean(d.Reason)
+		ids[i], attempts[i], reasons[i] = d.Message.RowID, int32(d.Message.Attempt), sqlcore.PGText(d.Reason)
 	}
 	setErr := ""
 	if t.lastError {
@@ -397,7 +398,7 @@ func (t *table) insertDead(ctx context.Context, dead []outbox.Dead) error {
 	for i, d := range dead {
 		m := d.Message
 		ids[i], aggTypes[i], aggIDs[i], events[i] = m.MessageID, m.AggregateType, m.AggregateID, m.EventType
-		payloads[i], attempts[i], reasons[i] = string(m.Payload), int32(m.Attempt), clean(d.Reason)
+		payloads[i], attempts[i], reasons[i] = string(m.Payload), int32(m.Attempt), sqlcore.PGText(d.Reason)
 		types[i] = pgtype.Text{String: m.ContentType, Valid: m.ContentType != ""}
 		switch {
 		case !m.JSONPayload():
@@ -465,6 +466,3 @@ func (t *table) pendingUpTo(ctx context.Context, id int64) (bool, error) {
 	}
 	return left, nil
 }
-
-// clean drops NUL bytes, which a text column refuses.
-func clean(s string) string { return strings.ReplaceAll(s, "\x00", "") }

@@ -446,7 +446,7 @@ func retryArgs(retries []outbox.Retry) ([]int64, []int32, []time.Time, []string,
 	rs := sqlcore.ByRowID(retries, func(r outbox.Retry) *outbox.Message { return r.Message })
 	ids, attempts, ats, errs := make([]int64, len(rs)), make([]int32, len(rs)), make([]time.Time, len(rs)), make([]string, len(rs))
 	for i, r := range rs {
-		ids[i], attempts[i], ats[i], errs[i] = r.Message.RowID, int32(r.Message.Attempt), r.At, cleanText(r.Err)
+		ids[i], attempts[i], ats[i], errs[i] = r.Message.RowID, int32(r.Message.Attempt), r.At, sqlcore.PGText(r.Err)
 	}
 	return ids, attempts, ats, errs, nil
 }
@@ -481,7 +481,7 @@ func deadArgs(dead []outbox.Dead) ([]int64, []int32, []string, error) {
 	ds := sqlcore.ByRowID(dead, func(d outbox.Dead) *outbox.Message { return d.Message })
 	ids, attempts, reasons := make([]int64, len(ds)), make([]int32, len(ds)), make([]string, len(ds))
 	for i, d := range ds {
-		ids[i], attempts[i], reasons[i] = d.Message.RowID, int32(d.Message.Attempt), cleanText(d.Reason)
+		ids[i], attempts[i], reasons[i] = d.Message.RowID, int32(d.Message.Attempt), sqlcore.PGText(d.Reason)
 	}
 	return ids, attempts, reasons, nil
 }
@@ -503,11 +503,6 @@ func (s *Store) Stats(ctx context.Context) (*outbox.Stats, error) {
 	})
 }
 
-// cleanText makes s storable in a text column: valid UTF-8, no NUL bytes
-// (PostgreSQL refuses both), at most sqlcore.MaxErrorLength bytes.
-func cleanText(s string) string {
-	return sqlcore.ErrorText(strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", ""))
-}
 
 // rescanEvery is how often, at least, an unordered claim starts from the
 // first due row rather than after the last full batch (see claimCursor).

@@ -100,6 +100,10 @@ var ContractColumns = []string{
 // last_error.
 const MaxErrorLength = 4096
 
+// PGText is [ErrorText] for PostgreSQL, whose text columns refuse NUL bytes
+// as well as invalid UTF-8: pgstore and pgcdc store last_error through it.
+func PGText(s string) string { return ErrorText(strings.ReplaceAll(s, "\x00", "")) }
+
 // ErrorText makes an error text fit for last_error: valid UTF-8 (a strict
 // utf8mb4 or PostgreSQL text column refuses anything else, failing the whole
 // batch), at most MaxErrorLength bytes, cut at a character boundary.
