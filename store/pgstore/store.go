@@ -503,7 +503,6 @@ func (s *Store) Stats(ctx context.Context) (*outbox.Stats, error) {
 	})
 }
 
-
 // rescanEvery is how often, at least, an unordered claim starts from the
 // first due row rather than after the last full batch (see claimCursor).
 const rescanEvery = 250 * time.Millisecond
