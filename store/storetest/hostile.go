@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"fmt"
 	"maps"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -428,11 +429,21 @@ func (s *suite) oversized(t *testing.T) {
 	if !ok {
 		return
 	}
-	runtime.ReadMemStats(&before)
-	dead, err := admin.ListDead(t.Context(), outbox.DeadFilter{MaxPayload: limit})
-	runtime.ReadMemStats(&after)
-	require.NoError(t, err)
-	allocated = after.TotalAlloc - before.TotalAlloc
+	// ListDead only reads, so it is measured up to three times and the
+	// least taken: the process's other tests allocate meanwhile, but a
+	// ListDead that read the payloads would be over the bound every time.
+	var dead []outbox.DeadMessage
+	allocated = math.MaxUint64
+	for range 3 {
+		runtime.ReadMemStats(&before)
+		dead, err = admin.ListDead(t.Context(), outbox.DeadFilter{MaxPayload: limit})
+		runtime.ReadMemStats(&after)
+		require.NoError(t, err)
+		allocated = min(allocated, after.TotalAlloc-before.TotalAlloc)
+		if allocated < uint64(rows*size/2) {
+			break
+		}
+	}
 	t.Logf("ListDead allocated %d KiB", allocated>>10)
 	require.Less(t, allocated, uint64(rows*size/2),
 		"ListDead allocated %d MiB for %d payloads of %d MiB over its limit", allocated>>20, rows, size>>20)
