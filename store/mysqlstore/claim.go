@@ -49,7 +49,10 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	unordered.Ordered = false
 	q, sel := s.claimSQLs(info, unordered)
 	var st claimStatements
-	st.lock, st.sel, st.lease = q, sel, s.leaseSQL(info)
+	st.lock, st.sel, st.lease = lockSQLs(q, false), sel, s.leaseSQL(info)
+	if p.Ordered && p.Slots > 1 {
+		st.lock, st.prefer = s.slotSQLs(info, unordered), true
+	}
 	if p.Ordered {
 		st.heads, _ = s.claimSQLs(info, p)
 		st.ord = s.orderedClaimSQL(info, p, sel)
@@ -67,11 +70,14 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 
 // claimStatements are the statements of a claim.
 type claimStatements struct {
-	lock  []string    // the unordered claim's locking SELECTs, run in turn (claimSQLs)
-	sel   []string    // the columns they decode
-	lease string      // the UPDATE that leases the rows (leaseSQL)
-	heads []string    // ordered claims without the head index: the walk that takes heads (claimSQLs)
-	ord   *orderedSQL // ordered claims with the head index: the statements that take heads (ordered.go)
+	lock []lockSQL // the unordered claim's locking SELECTs, run in turn (claimSQLs, slotSQLs)
+	// prefer says that lock is slotSQLs's: the statements of the slot, then
+	// the same statements for the other rows.
+	prefer bool
+	sel    []string    // the columns they decode
+	lease  string      // the UPDATE that leases the rows (leaseSQL)
+	heads  []string    // ordered claims without the head index: the walk that takes heads (claimSQLs)
+	ord    *orderedSQL // ordered claims with the head index: the statements that take heads (ordered.go)
 }
 
 // claimOnce runs a claim in one READ COMMITTED transaction: the locking
@@ -80,6 +86,7 @@ type claimStatements struct {
 func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st claimStatements, p outbox.ClaimParams) (*outbox.Claim, error) {
 	locked := map[int64]*lockedRow{}
 	var order []*lockedRow // in the order the SELECTs returned them
+	var last int64         // the id of the last row the last SELECT returned; 0 when it returned none
 	// lock runs a locking SELECT, keeps the rows it had not locked yet, and
 	// returns how many rows the SELECT returned.
 	lock := func(extra *int64, query string, args ...any) (int, error) {
@@ -90,15 +97,25 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 				order = append(order, r)
 			}
 		}
+		last = 0
+		if len(rows) > 0 {
+			last = rows[len(rows)-1].id
+		}
 		return len(rows), err
 	}
+	ran := 0 // how many of st.lock ran
 	for _, q := range st.lock {
 		if len(locked) == p.Limit {
 			break
 		}
-		if _, err := lock(nil, q, p.Limit-len(locked)); err != nil {
+		args := []any{p.Limit - len(locked)}
+		if q.slot {
+			args = []any{p.Slots, p.Slot, p.Limit - len(locked)}
+		}
+		if _, err := lock(nil, q.query, args...); err != nil {
 			return nil, err
 		}
+		ran++
 	}
 	var keep []*lockedRow
 	if !p.Ordered {
@@ -115,8 +132,17 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 		if full && len(keep) < p.Limit {
 			// The candidates were rows blocked behind earlier ones: take heads too (runs.go).
 			after := int64(0)
-			if len(st.lock) == 1 { // one SELECT in id order: every due row up to its last is locked
-				after = order[len(order)-1].id
+			switch {
+			case len(st.lock) == 1: // one SELECT in id order: every due row up to its last is locked
+				after = last
+			case st.prefer && len(st.lock) == 2 && ran == 2:
+				// The slot's SELECT came back short, so every due row of
+				// the slot is locked (by this claim or another), and the
+				// other rows' SELECT, in id order, locked the rest up to
+				// its last. When the slot's SELECT filled the claim alone,
+				// the other rows before its last are not locked: from the
+				// first due row.
+				after = last
 			}
 			if err := s.lockHeads(ctx, tx, st, p, p.Limit-len(keep), after, lock); err != nil {
 				return nil, err
@@ -294,6 +320,50 @@ func (s *Store) claimSQL(info tableInfo, p outbox.ClaimParams) (string, []string
 // id) order, then the rows never claimed (next_retry_at NULL) in id order.
 // Rows leased by other claims lie between the two, and are not read.
 func (s *Store) claimSQLs(info tableInfo, p outbox.ClaimParams) ([]string, []string) {
+	return s.claimSQLsWhere(info, p, "")
+}
+
+// lockSQL is one of a claim's locking SELECTs.
+type lockSQL struct {
+	query string
+	// slot says that its parameters are ClaimParams.Slots and Slot
+	// (slotHash), then the limit; otherwise the limit alone.
+	slot bool
+}
+
+// lockSQLs are the locking SELECTs qs, with the parameters slot says.
+func lockSQLs(qs []string, slot bool) []lockSQL {
+	out := make([]lockSQL, len(qs))
+	for i, q := range qs {
+		out[i] = lockSQL{query: q, slot: slot}
+	}
+	return out
+}
+
+// slotHash is the hash of a row's aggregate that a slot preference
+// (ClaimParams.Slot) is taken from, modulo its first parameter, Slots.
+// CRC32 is cheap and the same on MySQL and MariaDB; a row with a NULL
+// aggregate has a NULL hash and belongs to no slot.
+const slotHash = "CRC32(CONCAT(c.aggregate_type, '/', c.aggregate_id)) MOD ?"
+
+// slotSQLs builds the locking SELECTs of a claim with a slot preference
+// (ClaimParams.Slot and Slots): the unordered claim's SELECTs restricted to
+// the rows of the slot's aggregates, then the same SELECTs for every other
+// row (those with a NULL aggregate too), so that the second lot never
+// returns, and counts against its limit, a row the first one locked. Each
+// takes Slots and Slot, then the limit of what is left to take.
+//
+// They only choose the candidates: what a claim keeps of them is decided
+// by the runs rule (runs.go) as for any candidates, so the preference, and
+// whatever view of the relays it came from, cannot change the order.
+func (s *Store) slotSQLs(info tableInfo, p outbox.ClaimParams) []lockSQL {
+	in, _ := s.claimSQLsWhere(info, p, " AND "+slotHash+" = ?")
+	out, _ := s.claimSQLsWhere(info, p, " AND NOT ("+slotHash+" <=> ?)")
+	return append(lockSQLs(in, true), lockSQLs(out, true)...)
+}
+
+// claimSQLsWhere is claimSQLs with extra added to the WHERE of each SELECT.
+func (s *Store) claimSQLsWhere(info tableInfo, p outbox.ClaimParams, extra string) ([]string, []string) {
 	t := s.table.quoted()
 	sel := sqlcore.SelectColumns(info.Columns)
 	head := "SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)) +
@@ -312,9 +382,9 @@ func (s *Store) claimSQLs(info tableInfo, p outbox.ClaimParams) ([]string, []str
 	if info.claimIndex == "" && info.statusIndex != "" && info.pkID {
 		force := " FORCE INDEX (" + quoteIdent(info.statusIndex) + ")"
 		return []string{
-			head + force + " WHERE c.status = 0 AND c.next_retry_at <= UTC_TIMESTAMP(6)" + ordered +
+			head + force + " WHERE c.status = 0 AND c.next_retry_at <= UTC_TIMESTAMP(6)" + ordered + extra +
 				" ORDER BY c.status, c.next_retry_at, c.id" + tail,
-			head + force + " WHERE c.status = 0 AND c.next_retry_at IS NULL" + ordered + " ORDER BY c.id" + tail,
+			head + force + " WHERE c.status = 0 AND c.next_retry_at IS NULL" + ordered + extra + " ORDER BY c.id" + tail,
 		}, sel
 	}
 	force := ""
@@ -322,5 +392,5 @@ func (s *Store) claimSQLs(info tableInfo, p outbox.ClaimParams) ([]string, []str
 		force = " FORCE INDEX (" + quoteIdent(info.claimIndex) + ")"
 	}
 	return []string{head + force + " WHERE c.status = 0 AND (c.next_retry_at IS NULL OR c.next_retry_at <= UTC_TIMESTAMP(6))" +
-		ordered + " ORDER BY c.id" + tail}, sel
+		ordered + extra + " ORDER BY c.id" + tail}, sel
 }

@@ -88,6 +88,9 @@ func (s *Store) statements(info tableInfo) map[string]string {
 		if !p.Ordered {
 			continue
 		}
+		for i, q := range s.slotSQLs(info, outbox.ClaimParams{Limit: p.Limit, MaxPayload: p.MaxPayload}) {
+			out[fmt.Sprintf("%s slot lock %d", name, i)] = q.query
+		}
 		out[name+" runs"] = s.runsSQL(info, p, 2)
 		if ord := s.orderedClaimSQL(info, p, sel); ord != nil {
 			out[name+" bound"], out[name+" walk"], out[name+" heads"] = ord.bound, ord.walk, ord.heads
