@@ -76,6 +76,8 @@ func statementDump(t *testing.T, cols map[string]string, m *colmap.Rewriter) str
 			for i, rq := range buildRunsQueries(`"outbox_message"`, q, head, async) {
 				add(fmt.Sprintf("%sruns %d head index %v fromCursor", p, i, head), rq.fromCursor)
 				add(fmt.Sprintf("%sruns %d head index %v byStatus", p, i, head), rq.byStatus)
+				add(fmt.Sprintf("%sruns %d head index %v slotFromCursor", p, i, head), rq.slotFromCursor)
+				add(fmt.Sprintf("%sruns %d head index %v slotByStatus", p, i, head), rq.slotByStatus)
 			}
 		}
 		if m == nil { // not available with a mapping
