@@ -55,7 +55,8 @@ func relayID(name string) string {
 }
 
 // member keeps the relay's row in the store's table of relays until ctx
-// ends, then removes it. A heartbeat that fails keeps the last slot until
+// ends, then removes it. It heartbeats every third of the TTL, and a
+// twentieth of it after a heartbeat that changed its view. A heartbeat that fails keeps the last slot until
 // the TTL has passed since the last one that succeeded (the row is gone for
 // the others by then), and then claims go on without a preference. When the
 // table is missing and cannot be created, it logs one warning and stops.
@@ -74,6 +75,7 @@ func (r *Relay) member(ctx context.Context, m Membership) {
 			return
 		case <-t.C:
 		}
+		next := ttl / 3
 		hctx, cancel := r.storeContext(ctx)
 		v, err := bounded(hctx, func(hctx context.Context) (slotView, error) {
 			slot, count, err := m.Heartbeat(hctx, id, ttl)
@@ -100,10 +102,14 @@ func (r *Relay) member(ctx context.Context, m Membership) {
 			}
 			failing, lastOK = false, time.Now()
 			if old := r.slots.Swap(&v); old == nil || *old != v {
+				// Relays come and go together (a deploy, a restart):
+				// look again soon, so that the view settles in a second
+				// rather than in a third of the TTL.
+				next = ttl / 20
 				log.LogAttrs(ctx, slog.LevelDebug, "relay slot", slog.Int("slot", v.slot), slog.Int("slots", v.count))
 			}
 		}
-		t.Reset(jitter(ttl / 3))
+		t.Reset(jitter(next))
 	}
 }
 

@@ -246,7 +246,8 @@ type pipeline struct {
 	probe     time.Duration // the next pause while down
 	storeWait time.Duration // the next pause after a store error
 	size      *sizing       // the next claim's size, the batches allowed in flight, the waits
-	draining  bool          // the last claim came back at least half full: prefer the relay's slot
+	draining  bool          // draining a backlog (drainingAfter): prefer the relay's slot
+	dry       int           // claims in a row that found nothing
 	chain     chain         // with ordering: the runs of the batches in flight (waves.go)
 }
 
@@ -311,7 +312,7 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 		slot, slots := r.preference(p.draining)
 		b, err := r.claim(ctx, bctx, claimArgs{limit: seen.limit, chain: p.chain.ids(), slot: slot, slots: slots})
 		seen.took = time.Since(seen.start)
-		p.draining = b != nil && 2*b.ev.Claimed >= seen.limit
+		p.drainingAfter(b, seen.limit)
 		if ctx.Err() != nil {
 			if b != nil {
 				r.giveBack(ctx, bctx, b)
@@ -320,6 +321,7 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 		}
 		if err != nil {
 			p.size.reset()
+			p.draining = false
 			p.storeFailed(ctx, err)
 			continue
 		}
@@ -332,6 +334,26 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 		if wait := p.size.claimed(seen); wait > 0 {
 			p.afterPartial(ctx, wait)
 		}
+	}
+}
+
+// drainingAfter updates whether the relay is draining a backlog, after a
+// claim of limit that returned b (nil: nothing): it starts with a claim at
+// least half full and ends with two empty claims in a row or a store error.
+// A short claim changes nothing: while the relay prefers its slot, claims
+// often come back short behind rows other relays hold, and a claim without
+// the preference would take any aggregates and spread them among the
+// relays; in a trickle the preference never starts.
+func (p *pipeline) drainingAfter(b *batch, limit int) {
+	switch {
+	case b == nil:
+		if p.dry++; p.dry >= 2 {
+			p.draining = false
+		}
+	case 2*b.ev.Claimed >= limit:
+		p.draining, p.dry = true, 0
+	default:
+		p.dry = 0
 	}
 }
 

@@ -54,8 +54,8 @@ func (s *memberStore) Leave(context.Context, string) error {
 // TestRelaySlots checks, in fake time, how a relay uses a store's
 // membership: it heartbeats at start and then every third of its TTL (with
 // jitter), leaves when it stops, and asks for its slot only while it
-// drains a backlog (the claim before came back at least half full) and
-// another relay is live; a table of relays that cannot be made costs one
+// drains a backlog (since a claim came back at least half full) and
+// another relay is live, until two claims in a row find nothing; a table of relays that cannot be made costs one
 // warning and no preference; an unordered relay does not heartbeat.
 func TestRelaySlots(t *testing.T) {
 	t.Parallel()
@@ -72,23 +72,35 @@ func TestRelaySlots(t *testing.T) {
 	}{
 		{
 			name: "PrefersItsSlotWhileDraining", ordered: true, slot: 1, count: 3, aggs: 40,
-			wantBeats: [2]int{10, 14}, wantLeaves: 1,
+			wantBeats: [2]int{11, 15}, wantLeaves: 1,
 			wantPrefs: func(t *testing.T, prefs, claims [][2]int) {
-				preferred := 0
+				// Draining starts with a claim at least half full, goes on
+				// through short claims, and ends with two empty ones.
+				preferred, draining, dry := 0, false, 0
 				for i, p := range prefs {
-					full := i > 0 && claims[i-1][0]*2 >= 10
-					if full {
-						require.Equal(t, [2]int{1, 3}, p, "claim %d follows a full claim", i)
+					if draining {
+						require.Equal(t, [2]int{1, 3}, p, "claim %d, draining", i)
 						preferred++
 					} else {
-						require.Equal(t, [2]int{0, 0}, p, "claim %d does not follow a full claim", i)
+						require.Equal(t, [2]int{0, 0}, p, "claim %d, not draining", i)
+					}
+					switch n := claims[i][0]; {
+					case n == 0:
+						if dry++; dry >= 2 {
+							draining = false
+						}
+					case 2*n >= 10:
+						draining, dry = true, 0
+					default:
+						dry = 0
 					}
 				}
 				require.Positive(t, preferred, "no claim preferred the relay's slot")
+				require.False(t, draining, "the relay still drains when idle")
 			},
 		},
 		{
-			name: "AloneNoPreference", ordered: true, slot: 0, count: 1, aggs: 40, wantBeats: [2]int{10, 14}, wantLeaves: 1,
+			name: "AloneNoPreference", ordered: true, slot: 0, count: 1, aggs: 40, wantBeats: [2]int{11, 15}, wantLeaves: 1,
 			wantPrefs: noPreference,
 		},
 		{
@@ -115,7 +127,8 @@ func TestRelaySlots(t *testing.T) {
 					outbox.WithOrdering(tc.ordered, outbox.DeadBlocks), outbox.WithRelayTTL(9*time.Second),
 					outbox.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 				require.NoError(t, err)
-				// A first heartbeat at once, then every 3 s ± 20%: 10 to 14 in 35 s.
+				// A first heartbeat at once, the next 0.45 s later (the view
+				// changed: it had none), then every 3 s ± 20%: 11 to 15 in 35 s.
 				runFor(t, r, 35*time.Second, nil)
 				st.mu.Lock()
 				defer st.mu.Unlock()
