@@ -50,12 +50,14 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	q, sel := s.claimSQLs(info, unordered)
 	var st claimStatements
 	st.lock, st.sel, st.lease = lockSQLs(q, false), sel, s.leaseSQL(info)
+	if p.Ordered {
+		heads, _ := s.claimSQLs(info, p)
+		st.heads, st.ord = lockSQLs(heads, false), s.orderedClaimSQL(info, p, sel)
+	}
 	if p.Ordered && p.Slots > 1 {
 		st.lock, st.prefer = s.slotSQLs(info, unordered), true
-	}
-	if p.Ordered {
-		st.heads, _ = s.claimSQLs(info, p)
-		st.ord = s.orderedClaimSQL(info, p, sel)
+		heads, _ := s.claimSQLsWhere(info, p, " AND "+slotHash+" = ?")
+		st.slotHeads, st.slotOrd = lockSQLs(heads, true), s.orderedSlotSQL(info, p, sel)
 	}
 	var c *outbox.Claim
 	err = s.core.InTx(ctx, func(tx *sql.Tx) (err error) {
@@ -76,8 +78,11 @@ type claimStatements struct {
 	prefer bool
 	sel    []string    // the columns they decode
 	lease  string      // the UPDATE that leases the rows (leaseSQL)
-	heads  []string    // ordered claims without the head index: the walk that takes heads (claimSQLs)
+	heads  []lockSQL   // ordered claims without the head index: the walk that takes heads (claimSQLs)
 	ord    *orderedSQL // ordered claims with the head index: the statements that take heads (ordered.go)
+	// With prefer: heads and ord restricted to the slot's aggregates.
+	slotHeads []lockSQL
+	slotOrd   *orderedSQL
 }
 
 // claimOnce runs a claim in one READ COMMITTED transaction: the locking
@@ -144,11 +149,38 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 				// first due row.
 				after = last
 			}
-			if err := s.lockHeads(ctx, tx, st, p, p.Limit-len(keep), after, lock); err != nil {
-				return nil, err
+			if st.prefer && ran == 1 {
+				// The slot's rows filled the candidates but are held back
+				// (behind rows other relays hold): the slot's heads first,
+				// so that the claim does not take other relays' aggregates
+				// while its own have heads. The window of the walk starts
+				// after the slot's last candidate when its SELECT was one
+				// in id order.
+				slotAfter := int64(0)
+				if len(st.lock) == 2 {
+					slotAfter = last
+				}
+				if err := s.lockHeads(ctx, tx, st.slotOrd, st.slotHeads, p, p.Limit-len(keep), slotAfter, lock); err != nil {
+					return nil, err
+				}
+				if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
+					return nil, err
+				}
 			}
-			if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
-				return nil, err
+			if len(keep) == 0 || !st.prefer || ran == 2 {
+				// Heads of any aggregate: without a preference; when the
+				// slot's due rows ran out; or when the slot gave nothing,
+				// so that a slot no live relay has (a view that is out of
+				// date, until the next heartbeats) is not left behind.
+				// Not after a slot that gave some: heads of other slots
+				// taken in every claim would keep their relays' candidates
+				// blocked behind this relay's batches.
+				if err := s.lockHeads(ctx, tx, st.ord, st.heads, p, p.Limit-len(keep), after, lock); err != nil {
+					return nil, err
+				}
+				if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
@@ -182,17 +214,21 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 // probe again and return (a transaction's own locks are not skipped),
 // counting them in its limit, and rows of other claims. (The loose scan
 // reads every aggregate anyway, and its rows carry their count.)
-func (s *Store) lockHeads(ctx context.Context, tx *sql.Tx, st claimStatements, p outbox.ClaimParams, limit int,
+func (s *Store) lockHeads(ctx context.Context, tx *sql.Tx, ord *orderedSQL, heads []lockSQL, p outbox.ClaimParams, limit int,
 	after int64, lock func(extra *int64, query string, args ...any) (int, error)) error {
-	ord := st.ord
+	var slot []any // the slot's parameters of statements restricted to it, right before the limit
+	if (ord != nil && ord.slot) || (ord == nil && len(heads) > 0 && heads[0].slot) {
+		slot = []any{p.Slots, p.Slot}
+	}
+	withLimit := func(limit int, args ...any) []any { return append(append(args, slot...), limit) }
 	switch {
 	case ord == nil:
 		got := 0
-		for _, q := range st.heads {
+		for _, q := range heads {
 			if got == limit {
 				break
 			}
-			n, err := lock(nil, q, limit-got)
+			n, err := lock(nil, q.query, withLimit(limit-got)...)
 			if err != nil {
 				return err
 			}
@@ -201,20 +237,20 @@ func (s *Store) lockHeads(ctx context.Context, tx *sql.Tx, st claimStatements, p
 	case s.fewAggregates(p):
 		// Every aggregate fits in one claim: the loose scan alone.
 		var aggs int64
-		if _, err := lock(&aggs, ord.heads, limit); err != nil {
+		if _, err := lock(&aggs, ord.heads, withLimit(limit)...); err != nil {
 			return err
 		}
 		s.countAggregates(p, aggs)
 	default:
 		bound := int64(math.MaxInt64)
 		beyond := true
-		switch err := tx.QueryRowContext(ctx, s.sql(ord.bound), after).Scan(&bound); {
+		switch err := tx.QueryRowContext(ctx, s.sql(ord.bound), append([]any{after}, slot...)...).Scan(&bound); {
 		case errors.Is(err, sql.ErrNoRows):
 			bound, beyond = math.MaxInt64, false // the whole backlog fits in the window
 		case err != nil:
 			return fmt.Errorf("read the window: %w", err)
 		}
-		n, err := lock(nil, ord.walk, after, bound, limit)
+		n, err := lock(nil, ord.walk, withLimit(limit, after, bound)...)
 		if err != nil {
 			return err
 		}
@@ -222,7 +258,7 @@ func (s *Store) lockHeads(ctx context.Context, tx *sql.Tx, st claimStatements, p
 			// Rows locked before come back too (this transaction's own
 			// locks are not skipped); lock keeps them once.
 			var aggs int64
-			if _, err := lock(&aggs, ord.heads, limit-n); err != nil {
+			if _, err := lock(&aggs, ord.heads, withLimit(limit-n)...); err != nil {
 				return err
 			}
 			s.countAggregates(p, aggs)

@@ -95,6 +95,13 @@ func (s *Store) statements(info tableInfo) map[string]string {
 		if ord := s.orderedClaimSQL(info, p, sel); ord != nil {
 			out[name+" bound"], out[name+" walk"], out[name+" heads"] = ord.bound, ord.walk, ord.heads
 		}
+		if ord := s.orderedSlotSQL(info, p, sel); ord != nil {
+			out[name+" slot bound"], out[name+" slot walk"], out[name+" slot heads"] = ord.bound, ord.walk, ord.heads
+		}
+		slotHeads, _ := s.claimSQLsWhere(info, p, " AND "+slotHash+" = ?")
+		for i, q := range slotHeads {
+			out[fmt.Sprintf("%s slot heads %d", name, i)] = q
+		}
 	}
 	return out
 }
