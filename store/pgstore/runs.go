@@ -52,7 +52,8 @@ type runsQueries struct {
 	byStatus   string // without it: from the (status, next_retry_at) index (indexes.go)
 	// The same with a slot preference (ClaimParams.Slot): the candidates
 	// are first the rows of the slot's aggregates, then the other rows up
-	// to the limit. $6 is Slots, $7 the slot, $8 the payload limit.
+	// to the limit. $6 is Slots, $7 the slot, $8 the payload limit. They
+	// return one more flag after "full": mine filled the limit (slotFull).
 	slotFromCursor string
 	slotByStatus   string
 }
@@ -62,6 +63,13 @@ type runsQueries struct {
 // for every relay of a table; NULL for a row with no aggregate, which then
 // belongs to no slot.
 const slotHash = `(hashtextextended(o.aggregate_type || '/' || o.aggregate_id, 0) & 9223372036854775807) % $6::bigint`
+
+// slotRest is the rest of a runs claim after slotCandidates: the same,
+// with the flag slotFull (mine filled the limit) after full.
+func slotRest(rest string) string {
+	return strings.Replace(rest, "SELECT u.*, f.full FROM (SELECT count(*) >= $1 AS full FROM cand) AS f",
+		"SELECT u.*, f.full, f.slot_full FROM (SELECT count(*) >= $1 AS full, (SELECT count(*) FROM mine) >= $1 AS slot_full FROM cand) AS f", 1)
+}
 
 // slotCandidates turns the candidates' CTE cand (one locking SELECT, the
 // rest of the statement after it) into two: mine, the slot's rows, and
@@ -145,7 +153,7 @@ SELECT u.*, f.full FROM (SELECT count(*) >= $1 AS full FROM cand) AS f LEFT JOIN
 	FOR UPDATE SKIP LOCKED
 )`, table, async)
 		out[i].fromCursor = payloadParam(fromCursor+rest, 6)
-		out[i].slotFromCursor = payloadParam(slotCandidates(fromCursor, async)+rest, 8)
+		out[i].slotFromCursor = payloadParam(slotCandidates(fromCursor, async)+slotRest(rest), 8)
 		// Without the pending index the candidates come, as in the
 		// unordered claim (claimStatus), from a window of the (status,
 		// next_retry_at) index: the rows due again, then the rows never
@@ -161,7 +169,7 @@ SELECT u.*, f.full FROM (SELECT count(*) >= $1 AS full FROM cand) AS f LEFT JOIN
 	FOR UPDATE OF o SKIP LOCKED
 )`, table, async)
 		out[i].byStatus = payloadParam(byStatus+rest, 6)
-		out[i].slotByStatus = payloadParam(slotCandidates(byStatus, async)+rest, 8)
+		out[i].slotByStatus = payloadParam(slotCandidates(byStatus, async)+slotRest(rest), 8)
 	}
 	return out
 }
@@ -198,13 +206,18 @@ func (s *Store) claimRuns(ctx context.Context, q *queries, p outbox.ClaimParams)
 	case ix.pending:
 		sql = rq.fromCursor
 	}
+	slotFull := false // with a slot: its rows filled the candidates (it has more)
 	take := func(limit int, lo, hi int64) (*outbox.Claim, error) {
 		claim := &outbox.Claim{}
-		var f bool
-		if err := s.claimRows(ctx, claim, q, sql, []any{&f}, mp, append([]any{limit, lease, lo, hi}, args...)...); err != nil {
+		var f, sf bool
+		flags := []any{&f}
+		if p.Slots > 1 {
+			flags = append(flags, &sf)
+		}
+		if err := s.claimRows(ctx, claim, q, sql, flags, mp, append([]any{limit, lease, lo, hi}, args...)...); err != nil {
 			return nil, err
 		}
-		full = full || f
+		full, slotFull = full || f, slotFull || sf
 		return claim, nil
 	}
 	var claim *outbox.Claim
@@ -217,7 +230,13 @@ func (s *Store) claimRuns(ctx context.Context, q *queries, p outbox.ClaimParams)
 		return nil, err
 	}
 	n := claimSize(claim)
-	if n >= p.Limit || !full {
+	if n >= p.Limit || !full || slotFull && n > 0 {
+		// With a slot whose rows filled the candidates, a short claim
+		// stays short: the heads claim takes heads of any aggregate, and
+		// heads of other slots taken in every claim keep their relays'
+		// candidates blocked behind this relay's batches. When the slot
+		// gave nothing, it goes on, so that a slot no live relay has (a
+		// view out of date, until the next heartbeats) is not left behind.
 		sortClaim(claim)
 		return claim, nil
 	}
