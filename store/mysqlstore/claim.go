@@ -36,7 +36,10 @@ import (
 // by one, or waiting out a backoff ends its aggregate's run. Rows that cannot
 // be decoded, and rows whose retry_count reached the most attempts an INT counts (2147483647), come
 // back in Claim.Malformed, each error naming the row; a NULL or negative
-// retry_count counts as 0.
+// retry_count counts as 0. An ordered claim with p.Slots above 1 looks first
+// at the rows of the aggregates whose CRC32(CONCAT(aggregate_type, '/',
+// aggregate_id)) MOD p.Slots is p.Slot (slotSQLs); what it keeps is decided
+// as without it.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
 	if err := dialect.CheckClaim(p); err != nil {
 		return nil, err

@@ -32,6 +32,11 @@ import (
 // With p.MaxPayload, a claim reads no more than about that much of each
 // payload: a row whose payload is larger comes back in Claim.Malformed
 // with the payload's size, which is read on its own, without the payload.
+//
+// An ordered claim with p.Slots above 1 looks first at the rows of the
+// aggregates whose hash (hashtextextended of aggregate_type || '/' ||
+// aggregate_id, made non-negative) modulo p.Slots is p.Slot (runs.go); what
+// it keeps is decided as without it.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
 	c, err := s.claim(ctx, p)
 	if c != nil {
@@ -91,6 +96,9 @@ func (s *Store) claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	}
 	if p.Lease <= 0 {
 		return nil, fmt.Errorf("pgstore: claim: lease %v is not positive", p.Lease)
+	}
+	if p.Slots > 1 && (p.Slot < 0 || p.Slot >= p.Slots) {
+		return nil, fmt.Errorf("pgstore: claim: slot %d is not between 0 and %d", p.Slot, p.Slots-1)
 	}
 	q, err := s.queriesFor(ctx, s.poolRow)
 	if err != nil {
