@@ -59,6 +59,7 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	}
 	if p.Ordered && p.Slots > 1 {
 		st.lock, st.prefer = s.slotSQLs(info, unordered), true
+		st.pick, st.byID = s.slotPickSQL(info, unordered)
 		heads, _ := s.claimSQLsWhere(info, p, " AND "+slotHash+" = ?")
 		st.slotHeads, st.slotOrd = lockSQLs(heads, true), s.orderedSlotSQL(info, p, sel)
 	}
@@ -83,6 +84,10 @@ type claimStatements struct {
 	lease  string      // the UPDATE that leases the rows (leaseSQL)
 	heads  []lockSQL   // ordered claims without the head index: the walk that takes heads (claimSQLs)
 	ord    *orderedSQL // ordered claims with the head index: the statements that take heads (ordered.go)
+	// With prefer, on a table with the (status, id) index: the slot's
+	// candidates are picked and then locked by id (slotPickSQL), instead
+	// of lock[0].
+	pick, byID string
 	// With prefer: heads and ord restricted to the slot's aggregates.
 	slotHeads []lockSQL
 	slotOrd   *orderedSQL
@@ -111,11 +116,25 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 		}
 		return len(rows), err
 	}
-	ran := 0 // how many of st.lock ran
-	for _, q := range st.lock {
+	// With a preference, the first half of st.lock are the slot's
+	// statements: othersRan says that one of the others ran, which means
+	// the slot's due rows ran out before the limit.
+	next, othersRan := 0, false // next: the first of st.lock still to run
+	if st.pick != "" {
+		picked, err := s.pickSlot(ctx, tx, st, p, lock)
+		if err != nil {
+			return nil, err
+		}
+		next = 1 // the pick replaces the slot's locking SELECT
+		if picked == slotPickRows*p.Limit {
+			next = len(st.lock) // more of the slot's rows are due: not the others
+		}
+	}
+	for i := next; i < len(st.lock); i++ {
 		if len(locked) == p.Limit {
 			break
 		}
+		q := st.lock[i]
 		args := []any{p.Limit - len(locked)}
 		if q.slot {
 			args = []any{p.Slots, p.Slot, p.Limit - len(locked)}
@@ -123,7 +142,7 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 		if _, err := lock(nil, q.query, args...); err != nil {
 			return nil, err
 		}
-		ran++
+		othersRan = othersRan || st.prefer && i >= len(st.lock)/2
 	}
 	var keep []*lockedRow
 	if !p.Ordered {
@@ -143,7 +162,7 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 			switch {
 			case len(st.lock) == 1: // one SELECT in id order: every due row up to its last is locked
 				after = last
-			case st.prefer && len(st.lock) == 2 && ran == 2:
+			case st.prefer && len(st.lock) == 2 && othersRan:
 				// The slot's SELECT came back short, so every due row of
 				// the slot is locked (by this claim or another), and the
 				// other rows' SELECT, in id order, locked the rest up to
@@ -152,7 +171,7 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 				// first due row.
 				after = last
 			}
-			if st.prefer && ran == 1 {
+			if st.prefer && !othersRan {
 				// The slot's rows filled the candidates but are held back
 				// (behind rows other relays hold): the slot's heads first,
 				// so that the claim does not take other relays' aggregates
@@ -170,7 +189,7 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 					return nil, err
 				}
 			}
-			if len(keep) == 0 || !st.prefer || ran == 2 {
+			if len(keep) == 0 || !st.prefer || othersRan {
 				// Heads of any aggregate: without a preference; when the
 				// slot's due rows ran out; or when the slot gave nothing,
 				// so that a slot no live relay has (a view that is out of
@@ -207,6 +226,33 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 		}
 	}
 	return c, nil
+}
+
+// pickSlot takes a claim's candidates of its slot with st.pick and st.byID
+// (slotPickSQL) and returns how many ids it picked.
+func (s *Store) pickSlot(ctx context.Context, tx *sql.Tx, st claimStatements, p outbox.ClaimParams,
+	lock func(extra *int64, query string, args ...any) (int, error)) (int, error) {
+	rows, err := tx.QueryContext(ctx, s.sql(st.pick), p.Slots, p.Slot, slotPickRows*p.Limit)
+	if err != nil {
+		return 0, fmt.Errorf("pick rows: %w", err)
+	}
+	var ids []any
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("pick rows: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("pick rows: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	_, err = lock(nil, fmt.Sprintf(st.byID, sqlcore.Placeholders(len(ids))), append(ids, p.Limit)...)
+	return len(ids), err
 }
 
 // lockHeads locks up to limit heads the way ordered claims took them before
@@ -362,6 +408,51 @@ func (s *Store) claimSQLs(info tableInfo, p outbox.ClaimParams) ([]string, []str
 	return s.claimSQLsWhere(info, p, "")
 }
 
+// claimHead is the start of a claim's locking SELECT, up to its FROM
+// (the table aliased c), and the columns it decodes.
+func (s *Store) claimHead(info tableInfo, p outbox.ClaimParams) (string, []string) {
+	sel := sqlcore.SelectColumns(info.Columns)
+	return "SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)) +
+		" FROM " + s.table.quoted() + " AS c", sel
+}
+
+// slotPickRows is how many times the limit of ids a claim with a slot
+// picks: the rows other claims hold by the time it locks are skipped, and
+// the spare ids keep the claim full.
+const slotPickRows = 2
+
+// slotPickSQL builds, for a table with the (status, id) index, the two
+// statements by which a claim with a slot preference takes its slot's
+// candidates: pick, a plain read of the ids of the slot's first due rows
+// (parameters Slots, Slot, the number of ids), and byID, the locking read of
+// the rows with those ids (%s: their placeholders; then the limit) that are
+// still pending and due, in id order, skipping the rows other claims hold.
+//
+// Why not the locking scan of the unordered claim: it walks the (status,
+// id) index from the first pending row, over the leased rows of every
+// relay's batches in flight, locking each as it reads it, and a slot's
+// rows are a third of them with three relays, so it walks three times as
+// far; on MariaDB the acknowledgements of those rows wait for it
+// (docs/ordering.md, "MariaDB: ordered claims that read before they
+// lock"). The plain read locks nothing; the locking read locks only rows
+// of the slot, which other relays do not pick. What the claim keeps is
+// decided by the runs rule, on the rows it locked, as for any candidates.
+func (s *Store) slotPickSQL(info tableInfo, p outbox.ClaimParams) (pick, byID string) {
+	if info.claimIndex == "" {
+		return "", ""
+	}
+	t := s.table.quoted()
+	const due = "c.status = 0 AND (c.next_retry_at IS NULL OR c.next_retry_at <= UTC_TIMESTAMP(6))"
+	pick = "SELECT c.id FROM " + t + " AS c FORCE INDEX (" + quoteIdent(info.claimIndex) + ") WHERE " + due +
+		" AND " + slotHash + " = ? ORDER BY c.id LIMIT ?"
+	head, _ := s.claimHead(info, p)
+	pk := ""
+	if info.pkID {
+		pk = " FORCE INDEX (PRIMARY)"
+	}
+	return pick, head + pk + " WHERE c.id IN (%s) AND " + due + " ORDER BY c.id LIMIT ? FOR UPDATE SKIP LOCKED"
+}
+
 // lockSQL is one of a claim's locking SELECTs.
 type lockSQL struct {
 	query string
@@ -404,9 +495,7 @@ func (s *Store) slotSQLs(info tableInfo, p outbox.ClaimParams) []lockSQL {
 // claimSQLsWhere is claimSQLs with extra added to the WHERE of each SELECT.
 func (s *Store) claimSQLsWhere(info tableInfo, p outbox.ClaimParams, extra string) ([]string, []string) {
 	t := s.table.quoted()
-	sel := sqlcore.SelectColumns(info.Columns)
-	head := "SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)) +
-		" FROM " + t + " AS c"
+	head, sel := s.claimHead(info, p)
 	ordered := ""
 	if p.Ordered {
 		blocking := "0"

@@ -98,6 +98,9 @@ func (s *Store) statements(info tableInfo) map[string]string {
 		if ord := s.orderedSlotSQL(info, p, sel); ord != nil {
 			out[name+" slot bound"], out[name+" slot walk"], out[name+" slot heads"] = ord.bound, ord.walk, ord.heads
 		}
+		if pick, byID := s.slotPickSQL(info, outbox.ClaimParams{Limit: p.Limit, MaxPayload: p.MaxPayload}); pick != "" {
+			out[name+" slot pick"], out[name+" slot by id"] = pick, fmt.Sprintf(byID, "?, ?")
+		}
 		slotHeads, _ := s.claimSQLsWhere(info, p, " AND "+slotHash+" = ?")
 		for i, q := range slotHeads {
 			out[fmt.Sprintf("%s slot heads %d", name, i)] = q
