@@ -230,15 +230,29 @@ func (s *Store) claimRuns(ctx context.Context, q *queries, p outbox.ClaimParams)
 		return nil, err
 	}
 	n := claimSize(claim)
-	if n >= p.Limit || !full || slotFull && n > 0 {
-		// With a slot whose rows filled the candidates, a short claim
-		// stays short: the heads claim takes heads of any aggregate, and
-		// heads of other slots taken in every claim keep their relays'
-		// candidates blocked behind this relay's batches. When the slot
-		// gave nothing, it goes on, so that a slot no live relay has (a
-		// view out of date, until the next heartbeats) is not left behind.
+	if n >= p.Limit || !full {
 		sortClaim(claim)
 		return claim, nil
+	}
+	if slotFull {
+		// The slot's rows filled the candidates and are held back: the
+		// slot's heads first. Then heads of any aggregate only when the
+		// slot gave nothing, so that a slot no live relay has (a view out
+		// of date, until the next heartbeats) is not left behind: heads of
+		// other slots taken in every claim would keep their relays'
+		// candidates blocked behind this relay's batches.
+		hp := p
+		hp.Limit = p.Limit - n
+		if heads, err := s.claimHeadsOf(ctx, q, hp, true); err == nil {
+			claim.Messages = append(claim.Messages, heads.Messages...)
+			claim.Malformed = append(claim.Malformed, heads.Malformed...)
+		} else if n == 0 {
+			return nil, err
+		}
+		if n = claimSize(claim); n > 0 {
+			sortClaim(claim)
+			return claim, nil
+		}
 	}
 	// Short, with more due rows beyond the candidates: heads from anywhere.
 	// The runs stand if this fails; they go out without its rows.
