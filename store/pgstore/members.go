@@ -99,6 +99,9 @@ func (s *Store) Leave(ctx context.Context, relayID string) error {
 func (s *Store) Relays(ctx context.Context) ([]outbox.RelayInfo, error) {
 	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT relay_id, (EXTRACT(EPOCH FROM seen_until - now()) * 1000000)::bigint
 FROM %s WHERE seen_until >= now() ORDER BY relay_id COLLATE "C"`, s.RelaysTable()))
+	if undefinedTable(err) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: relays: %w", err)
 	}

@@ -3,6 +3,7 @@ package storetest
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,6 +109,21 @@ func (s *suite) checkSlotPreference(t *testing.T, f *fx) {
 	require.Len(t, rest, len(msgs)-len(first)-len(second))
 }
 
+// relaysTabler is implemented by stores that name their table of relays.
+type relaysTabler interface{ RelaysTable() string }
+
+// relaysTable is the fixture's table of relays, as it goes into SQL.
+func (f *fx) relaysTable() string {
+	f.t.Helper()
+	rt, ok := f.Store.(relaysTabler)
+	require.True(f.t, ok, "the store does not name its table of relays (RelaysTable)")
+	name := rt.RelaysTable()
+	if f.h.Dialect == MySQL {
+		return "`" + strings.ReplaceAll(name, ".", "`.`") + "`"
+	}
+	return name
+}
+
 // membership checks outbox.Membership: relays rank by id whatever order
 // they join in, a relay whose time ran out is removed by the next
 // heartbeat, and one that leaves is gone at once.
@@ -152,4 +168,14 @@ func (s *suite) membership(t *testing.T) {
 	require.NoError(t, m.Leave(t.Context(), "never-joined"))
 	_, _, err := m.Heartbeat(t.Context(), "", time.Minute)
 	require.Error(t, err, "an empty relay id")
+
+	// A table of relays that is missing: no relays, no error, and made again.
+	f.exec("DROP TABLE " + f.relaysTable())
+	if l, ok := f.Store.(outbox.RelayLister); ok {
+		live, err := l.Relays(t.Context())
+		require.NoError(t, err, "a missing table of relays is none")
+		require.Empty(t, live)
+	}
+	require.NoError(t, m.Leave(t.Context(), "relay-c"), "a missing table of relays is no error")
+	require.Equal(t, [2]int{0, 1}, beat("relay-c", time.Minute), "the table made again")
 }
