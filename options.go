@@ -48,6 +48,10 @@ const (
 	// returns at most the publish timeout plus StopGrace after its ctx is
 	// cancelled, whatever the database and the broker do.
 	StopGrace = 2 * time.Second
+	// DefaultRelayTTL is how long an ordered relay counts as live in its
+	// store's relay table ([Membership]) after its last heartbeat; it
+	// heartbeats every third of it.
+	DefaultRelayTTL = 10 * time.Second
 )
 
 // DeadPolicy says what ordered delivery does with an aggregate whose head message went dead.
@@ -83,6 +87,7 @@ type relayConfig struct {
 	logger           *slog.Logger
 	hooks            []any
 	name             string
+	relayTTL         time.Duration
 }
 
 func defaultRelayConfig() relayConfig {
@@ -105,6 +110,7 @@ func defaultRelayConfig() relayConfig {
 		ordered:          true,
 		deadPolicy:       DeadBlocks,
 		logger:           slog.New(slog.DiscardHandler),
+		relayTTL:         DefaultRelayTTL,
 	}
 }
 
@@ -130,6 +136,7 @@ func (c *relayConfig) validate() error {
 	check(c.probeInterval > 0 && c.maxProbeInterval >= c.probeInterval,
 		"WithProbeInterval: %v..%v is not a positive range", c.probeInterval, c.maxProbeInterval)
 	check(c.logger != nil, "WithLogger: logger is nil")
+	check(c.relayTTL == 0 || c.relayTTL >= 300*time.Millisecond, "WithRelayTTL: %v is neither 0 nor at least 300ms", c.relayTTL)
 	check(c.deadPolicy == DeadBlocks || c.deadPolicy == DeadSkips, "WithOrdering: unknown dead policy %d", c.deadPolicy)
 	for i, h := range c.hooks {
 		switch h.(type) {
@@ -328,6 +335,17 @@ func WithLogger(l *slog.Logger) RelayOption { return func(c *relayConfig) { c.lo
 
 // WithName names the relay in logs and metrics. Default: empty.
 func WithName(name string) RelayOption { return func(c *relayConfig) { c.name = name } }
+
+// WithRelayTTL sets how long an ordered relay counts as live in its store's
+// table of relays ([Membership]) after its last heartbeat; it heartbeats
+// every third of ttl, off the claim path (a few short statements each time).
+// The relays of a table use the table to split its aggregates into slots,
+// one per relay, and a relay draining a backlog claims the rows of its own
+// slot's aggregates first (see [ClaimParams].Slots): a preference that makes
+// claims meet less, never a lock, so a stale view costs speed, never order.
+// 0 turns membership and the preference off. Only ordered relays on a store
+// that implements Membership use it. Default: DefaultRelayTTL (10 s).
+func WithRelayTTL(ttl time.Duration) RelayOption { return func(c *relayConfig) { c.relayTTL = ttl } }
 
 // WithHooks adds observers of the relay. Each hook implements one or more of
 // [HookBatch], [HookClaim], [HookMessage] and [HookDestination]; a hook that

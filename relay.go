@@ -37,6 +37,9 @@ type Relay struct {
 	log     *slog.Logger
 	wake    chan struct{}
 	running atomic.Bool
+	// slots is this relay's slot among the live relays of its table
+	// (members.go), nil while it has none.
+	slots atomic.Pointer[slotView]
 
 	hBatch []HookBatch
 	hClaim []HookClaim
@@ -123,6 +126,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer func() { stopListen(); wg.Wait() }()
 	if n, ok := r.store.(Notifier); ok {
 		wg.Go(func() { r.listen(lctx, n) })
+	}
+	if m, ok := r.store.(Membership); ok && r.cfg.ordered && r.cfg.relayTTL > 0 {
+		wg.Go(func() { r.member(lctx, m) })
 	}
 
 	r.log.LogAttrs(ctx, slog.LevelInfo, "relay started",
@@ -240,6 +246,8 @@ type pipeline struct {
 	probe     time.Duration // the next pause while down
 	storeWait time.Duration // the next pause after a store error
 	size      *sizing       // the next claim's size, the batches allowed in flight, the waits
+	draining  bool          // draining a backlog (drainingAfter): prefer the relay's slot
+	dry       int           // claims in a row that found nothing
 	chain     chain         // with ordering: the runs of the batches in flight (waves.go)
 }
 
@@ -301,8 +309,10 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 		// rows it leased would wait out their lease (with ordering, and
 		// their aggregates' later rows with them); a batch claimed while
 		// the relay began to stop is given back at once.
-		b, err := r.claim(ctx, bctx, seen.limit, p.chain.ids())
+		slot, slots := r.preference(p.draining)
+		b, err := r.claim(ctx, bctx, claimArgs{limit: seen.limit, chain: p.chain.ids(), slot: slot, slots: slots})
 		seen.took = time.Since(seen.start)
+		p.drainingAfter(b, seen.limit)
 		if ctx.Err() != nil {
 			if b != nil {
 				r.giveBack(ctx, bctx, b)
@@ -311,6 +321,7 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 		}
 		if err != nil {
 			p.size.reset()
+			p.draining = false
 			p.storeFailed(ctx, err)
 			continue
 		}
@@ -323,6 +334,26 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 		if wait := p.size.claimed(seen); wait > 0 {
 			p.afterPartial(ctx, wait)
 		}
+	}
+}
+
+// drainingAfter updates whether the relay is draining a backlog, after a
+// claim of limit that returned b (nil: nothing): it starts with a claim at
+// least half full and ends with two empty claims in a row or a store error.
+// A short claim changes nothing: while the relay prefers its slot, claims
+// often come back short behind rows other relays hold, and a claim without
+// the preference would take any aggregates and spread them among the
+// relays; in a trickle the preference never starts.
+func (p *pipeline) drainingAfter(b *batch, limit int) {
+	switch {
+	case b == nil:
+		if p.dry++; p.dry >= 2 {
+			p.draining = false
+		}
+	case 2*b.ev.Claimed >= limit:
+		p.draining, p.dry = true, 0
+	default:
+		p.dry = 0
 	}
 }
 
@@ -513,7 +544,7 @@ func (r *Relay) Step(ctx context.Context) (BatchEvent, error) {
 // the destination unavailable, and a store error that cut the cycle short.
 // The claim runs in ctx, the publish and settle in bctx (see batchContext).
 func (r *Relay) step(ctx, bctx context.Context, limit int) (ev BatchEvent, unavailable error, err error) {
-	b, err := r.claim(ctx, ctx, limit, nil)
+	b, err := r.claim(ctx, ctx, claimArgs{limit: limit})
 	if err != nil {
 		return BatchEvent{Err: err}, nil, err
 	}
@@ -541,21 +572,30 @@ type batch struct {
 	after map[aggregateKey][]*runDone
 }
 
-// claim claims up to limit rows, with the store call in context in, and
+// claimArgs are what a claim asks for beyond the relay's settings.
+type claimArgs struct {
+	limit       int
+	chain       []int64 // ClaimParams.Chain
+	slot, slots int     // ClaimParams.Slot and Slots
+}
+
+// claim claims up to a.limit rows, with the store call in context in, and
 // sorts them into those to send and those to kill. It returns a nil batch
 // when nothing was due, and reports a failed claim to the batch hooks,
 // unless ctx (Run's) ended: a claim cut short by a stop is no failure.
-func (r *Relay) claim(ctx, in context.Context, limit int, chain []int64) (*batch, error) {
+func (r *Relay) claim(ctx, in context.Context, a claimArgs) (*batch, error) {
 	start := time.Now()
 	cctx, cancel := r.storeContext(in)
 	defer cancel()
 	claim, err := bounded(cctx, func(cctx context.Context) (*Claim, error) {
 		return r.store.Claim(cctx, ClaimParams{
-			Limit:       limit,
+			Limit:       a.limit,
 			Lease:       r.cfg.lease,
 			Ordered:     r.cfg.ordered,
 			BlockOnDead: r.cfg.ordered && r.cfg.deadPolicy == DeadBlocks,
-			Chain:       chain,
+			Chain:       a.chain,
+			Slot:        a.slot,
+			Slots:       a.slots,
 			Delete:      r.cfg.deleteSent,
 			MaxPayload:  r.cfg.maxPayload,
 		})

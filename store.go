@@ -75,6 +75,17 @@ type ClaimParams struct {
 	// them as sent. Only a store that settles batches in the claim's own
 	// transaction (see [Claim.Held]) needs to know it at claim time.
 	Delete bool
+	// Slot and Slots, with Ordered, are a preference: a store may take
+	// first, as candidates, the due rows of the aggregates whose hash
+	// modulo Slots is Slot, and then, when those come back short of
+	// Limit, any due rows. Slots of 0 or 1 is no preference. The hash is
+	// the store's own, computed by the database, so it is the same for
+	// every relay of a table. The preference only changes which rows a
+	// claim looks at first: what it keeps is decided by the rule of
+	// Ordered, so two relays with the same slot, or a slot that is out of
+	// date, cost speed, never order. The relay sets it from [Membership]
+	// while it drains a backlog. A store may ignore it.
+	Slot, Slots int
 	// MaxPayload, when positive, is the largest payload in bytes the relay
 	// sends. A store that supports it reads no more than about this much of
 	// a larger payload, so that a batch of huge rows cannot exhaust the
@@ -250,6 +261,47 @@ func (e *TableError) Error() string {
 		}
 	}
 	return b.String()
+}
+
+// ErrNoMembership is matched (errors.Is) by the error a [Membership]'s
+// Heartbeat returns when the store's table of relays does not exist and it
+// could not create it (no privilege); the error says what to run. The relay
+// then logs it once and claims without a slot preference.
+var ErrNoMembership = errors.New("outbox: no table of relays")
+
+// Membership is implemented by stores that keep a table of the relays of
+// their outbox table, live while they heartbeat. Ordered relays use it to
+// split the aggregates into slots, one per live relay, and claim their own
+// slot's rows first while they drain a backlog ([ClaimParams].Slot): a
+// preference, never a lock, so a view that is out of date (a relay that
+// just joined or died) costs speed, never order. A relay heartbeats every
+// third of its TTL ([WithRelayTTL]), off its claim path, and leaves when it
+// stops. Implementations are safe for concurrent use.
+type Membership interface {
+	// Heartbeat records that relayID is live until the database's now +
+	// ttl, removes the relays whose time ran out, and returns relayID's
+	// rank among the live relays ordered by relay id (its slot, from 0)
+	// and how many are live (count, at least 1). When the table of relays
+	// is missing it tries to create it; if it cannot, the error matches
+	// [ErrNoMembership].
+	Heartbeat(ctx context.Context, relayID string, ttl time.Duration) (slot, count int, err error)
+	// Leave removes relayID from the table, so that the others' slots
+	// cover its aggregates at their next heartbeat.
+	Leave(ctx context.Context, relayID string) error
+}
+
+// RelayLister is implemented by stores that implement [Membership] and can
+// list the live relays of their table; `outbox status` shows them.
+type RelayLister interface {
+	// Relays returns the relays whose heartbeat has not run out, in slot
+	// order (by relay id); none when the table of relays is missing.
+	Relays(ctx context.Context) ([]RelayInfo, error)
+}
+
+// RelayInfo is a live relay of a table.
+type RelayInfo struct {
+	ID   string        // the relay's id: its name (if any), host, process id and a random part
+	Left time.Duration // until its time runs out, unless it heartbeats again
 }
 
 // Pinger is implemented by stores and publishers that can check their

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/daemon"
 	"github.com/outboxkit/outbox/internal/demo"
@@ -112,6 +114,8 @@ func migrateCommand() *ucli.Command {
 			"PostgreSQL: --notify-trigger also installs a trigger that sends the NOTIFY on every INSERT, so\n" +
 			"writers in any language wake relays that listen (notify or notify_trigger); --batch-lease also\n" +
 			"creates the TABLE_lease table that relays with batch_lease need. Neither is ever removed.\n" +
+			"PostgreSQL and MySQL: it also creates TABLE_relays, where ordered relays heartbeat (relay_id,\n" +
+			"seen_until) to split the aggregates into slots; a relay creates it itself if it may.\n" +
 			"--cdc then creates the publication of the table's inserts and the logical replication slot that\n" +
 			"relays with source: cdc read (names: --cdc-slot, --cdc-publication), unless they exist; it refuses\n" +
 			"with the fix when wal_level is not logical, the role lacks REPLICATION or no slot is free.\n" +
@@ -167,6 +171,9 @@ type statusJSON struct {
 	OtherStatus int64 `json:"other_status"`
 	// CDCSlot is the replication slot, when status shows one (see slotReader).
 	CDCSlot *pgcdc.SlotState `json:"cdc_slot,omitempty"`
+	// Relays are the ids of the live ordered relays of the table, in slot
+	// order, when the store keeps a table of relays (outbox.RelayLister).
+	Relays []string `json:"relays,omitempty"`
 }
 
 // statusSource is what `outbox status` reads: the table's stats, and the
@@ -186,8 +193,9 @@ func statusCommand() *ucli.Command {
 			"the relay never publishes them, so look at them if it is not 0.\n" +
 			"On PostgreSQL it shows the replication slot (cdc_slot) too: always with source: cdc, and with\n" +
 			"source: polling when the slot exists (a slot nobody reads keeps write-ahead log).\n" +
+			"PostgreSQL and MySQL: the live ordered relays of the table (relays), from TABLE_relays.\n" +
 			"With --json, one JSON object: table, pending, oldest_pending_seconds, dead, sent_last_minute,\n" +
-			"sent_last_hour, other_status, and cdc_slot when it shows the slot; with --watch, one such line per interval (or, without --json, a table\n" +
+			"sent_last_hour, other_status, cdc_slot when it shows the slot, and relays when any is live; with --watch, one such line per interval (or, without --json, a table\n" +
 			"under a \"--- time\" line).",
 		Flags: append([]ucli.Flag{
 			configFlag(),
@@ -264,13 +272,23 @@ func printStatus(ctx context.Context, cmd *ucli.Command, src statusSource) error
 			return err
 		}
 	}
+	var relays []string
+	if l, ok := src.store.(outbox.RelayLister); ok {
+		live, err := l.Relays(ctx)
+		if err != nil {
+			return fmt.Errorf("read the relays of %s: %w", table, err)
+		}
+		for _, r := range live {
+			relays = append(relays, r.ID)
+		}
+	}
 	out := cmd.Root().Writer
 	if cmd.Bool("json") {
 		enc := json.NewEncoder(termsafe.NewWriter(out))
 		return enc.Encode(statusJSON{
 			Table: table, Pending: st.Pending, OldestPendingSeconds: st.OldestPending.Seconds(),
 			Dead: st.Dead, SentLastMinute: st.SentLastMinute, SentLastHour: st.SentLastHour,
-			OtherStatus: st.OtherStatus, CDCSlot: slot,
+			OtherStatus: st.OtherStatus, CDCSlot: slot, Relays: relays,
 		})
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -287,6 +305,9 @@ func printStatus(ctx context.Context, cmd *ucli.Command, src statusSource) error
 	fmt.Fprintf(tw, "other status\t%d\n", st.OtherStatus)
 	if slot != nil {
 		writeSlot(tw, *slot)
+	}
+	if len(relays) > 0 {
+		fmt.Fprintf(tw, "live relays\t%d (%s)\n", len(relays), termsafe.String(strings.Join(relays, ", ")))
 	}
 	return tw.Flush()
 }

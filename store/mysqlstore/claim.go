@@ -36,7 +36,10 @@ import (
 // by one, or waiting out a backoff ends its aggregate's run. Rows that cannot
 // be decoded, and rows whose retry_count reached the most attempts an INT counts (2147483647), come
 // back in Claim.Malformed, each error naming the row; a NULL or negative
-// retry_count counts as 0.
+// retry_count counts as 0. An ordered claim with p.Slots above 1 looks first
+// at the rows of the aggregates whose CRC32(CONCAT(aggregate_type, '/',
+// aggregate_id)) MOD p.Slots is p.Slot (slotSQLs); what it keeps is decided
+// as without it.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
 	if err := dialect.CheckClaim(p); err != nil {
 		return nil, err
@@ -49,10 +52,16 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	unordered.Ordered = false
 	q, sel := s.claimSQLs(info, unordered)
 	var st claimStatements
-	st.lock, st.sel, st.lease = q, sel, s.leaseSQL(info)
+	st.lock, st.sel, st.lease = lockSQLs(q, false), sel, s.leaseSQL(info)
 	if p.Ordered {
-		st.heads, _ = s.claimSQLs(info, p)
-		st.ord = s.orderedClaimSQL(info, p, sel)
+		heads, _ := s.claimSQLs(info, p)
+		st.heads, st.ord = lockSQLs(heads, false), s.orderedClaimSQL(info, p, sel)
+	}
+	if p.Ordered && p.Slots > 1 {
+		st.lock, st.prefer = s.slotSQLs(info, unordered), true
+		st.pick, st.byID = s.slotPickSQL(info, unordered)
+		heads, _ := s.claimSQLsWhere(info, p, " AND "+slotHash+" = ?")
+		st.slotHeads, st.slotOrd = lockSQLs(heads, true), s.orderedSlotSQL(info, p, sel)
 	}
 	var c *outbox.Claim
 	err = s.core.InTx(ctx, func(tx *sql.Tx) (err error) {
@@ -67,11 +76,21 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 
 // claimStatements are the statements of a claim.
 type claimStatements struct {
-	lock  []string    // the unordered claim's locking SELECTs, run in turn (claimSQLs)
-	sel   []string    // the columns they decode
-	lease string      // the UPDATE that leases the rows (leaseSQL)
-	heads []string    // ordered claims without the head index: the walk that takes heads (claimSQLs)
-	ord   *orderedSQL // ordered claims with the head index: the statements that take heads (ordered.go)
+	lock []lockSQL // the unordered claim's locking SELECTs, run in turn (claimSQLs, slotSQLs)
+	// prefer says that lock is slotSQLs's: the statements of the slot, then
+	// the same statements for the other rows.
+	prefer bool
+	sel    []string    // the columns they decode
+	lease  string      // the UPDATE that leases the rows (leaseSQL)
+	heads  []lockSQL   // ordered claims without the head index: the walk that takes heads (claimSQLs)
+	ord    *orderedSQL // ordered claims with the head index: the statements that take heads (ordered.go)
+	// With prefer, on a table with the (status, id) index: the slot's
+	// candidates are picked and then locked by id (slotPickSQL), instead
+	// of lock[0].
+	pick, byID string
+	// With prefer: heads and ord restricted to the slot's aggregates.
+	slotHeads []lockSQL
+	slotOrd   *orderedSQL
 }
 
 // claimOnce runs a claim in one READ COMMITTED transaction: the locking
@@ -80,6 +99,7 @@ type claimStatements struct {
 func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st claimStatements, p outbox.ClaimParams) (*outbox.Claim, error) {
 	locked := map[int64]*lockedRow{}
 	var order []*lockedRow // in the order the SELECTs returned them
+	var last int64         // the id of the last row the last SELECT returned; 0 when it returned none
 	// lock runs a locking SELECT, keeps the rows it had not locked yet, and
 	// returns how many rows the SELECT returned.
 	lock := func(extra *int64, query string, args ...any) (int, error) {
@@ -90,15 +110,39 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 				order = append(order, r)
 			}
 		}
+		last = 0
+		if len(rows) > 0 {
+			last = rows[len(rows)-1].id
+		}
 		return len(rows), err
 	}
-	for _, q := range st.lock {
+	// With a preference, the first half of st.lock are the slot's
+	// statements: othersRan says that one of the others ran, which means
+	// the slot's due rows ran out before the limit.
+	next, othersRan := 0, false // next: the first of st.lock still to run
+	if st.pick != "" {
+		picked, err := s.pickSlot(ctx, tx, st, p, lock)
+		if err != nil {
+			return nil, err
+		}
+		next = 1 // the pick replaces the slot's locking SELECT
+		if picked == slotPickRows*p.Limit {
+			next = len(st.lock) // more of the slot's rows are due: not the others
+		}
+	}
+	for i := next; i < len(st.lock); i++ {
 		if len(locked) == p.Limit {
 			break
 		}
-		if _, err := lock(nil, q, p.Limit-len(locked)); err != nil {
+		q := st.lock[i]
+		args := []any{p.Limit - len(locked)}
+		if q.slot {
+			args = []any{p.Slots, p.Slot, p.Limit - len(locked)}
+		}
+		if _, err := lock(nil, q.query, args...); err != nil {
 			return nil, err
 		}
+		othersRan = othersRan || st.prefer && i >= len(st.lock)/2
 	}
 	var keep []*lockedRow
 	if !p.Ordered {
@@ -115,14 +159,50 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 		if full && len(keep) < p.Limit {
 			// The candidates were rows blocked behind earlier ones: take heads too (runs.go).
 			after := int64(0)
-			if len(st.lock) == 1 { // one SELECT in id order: every due row up to its last is locked
-				after = order[len(order)-1].id
+			switch {
+			case len(st.lock) == 1: // one SELECT in id order: every due row up to its last is locked
+				after = last
+			case st.prefer && len(st.lock) == 2 && othersRan:
+				// The slot's SELECT came back short, so every due row of
+				// the slot is locked (by this claim or another), and the
+				// other rows' SELECT, in id order, locked the rest up to
+				// its last. When the slot's SELECT filled the claim alone,
+				// the other rows before its last are not locked: from the
+				// first due row.
+				after = last
 			}
-			if err := s.lockHeads(ctx, tx, st, p, p.Limit-len(keep), after, lock); err != nil {
-				return nil, err
+			if st.prefer && !othersRan {
+				// The slot's rows filled the candidates but are held back
+				// (behind rows other relays hold): the slot's heads first,
+				// so that the claim does not take other relays' aggregates
+				// while its own have heads. The window of the walk starts
+				// after the slot's last candidate when its SELECT was one
+				// in id order.
+				slotAfter := int64(0)
+				if len(st.lock) == 2 {
+					slotAfter = last
+				}
+				if err := s.lockHeads(ctx, tx, st.slotOrd, st.slotHeads, p, p.Limit-len(keep), slotAfter, lock); err != nil {
+					return nil, err
+				}
+				if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
+					return nil, err
+				}
 			}
-			if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
-				return nil, err
+			if len(keep) == 0 || !st.prefer || othersRan {
+				// Heads of any aggregate: without a preference; when the
+				// slot's due rows ran out; or when the slot gave nothing,
+				// so that a slot no live relay has (a view that is out of
+				// date, until the next heartbeats) is not left behind.
+				// Not after a slot that gave some: heads of other slots
+				// taken in every claim would keep their relays' candidates
+				// blocked behind this relay's batches.
+				if err := s.lockHeads(ctx, tx, st.ord, st.heads, p, p.Limit-len(keep), after, lock); err != nil {
+					return nil, err
+				}
+				if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
@@ -148,6 +228,33 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 	return c, nil
 }
 
+// pickSlot takes a claim's candidates of its slot with st.pick and st.byID
+// (slotPickSQL) and returns how many ids it picked.
+func (s *Store) pickSlot(ctx context.Context, tx *sql.Tx, st claimStatements, p outbox.ClaimParams,
+	lock func(extra *int64, query string, args ...any) (int, error)) (int, error) {
+	rows, err := tx.QueryContext(ctx, s.sql(st.pick), p.Slots, p.Slot, slotPickRows*p.Limit)
+	if err != nil {
+		return 0, fmt.Errorf("pick rows: %w", err)
+	}
+	var ids []any
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("pick rows: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("pick rows: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	_, err = lock(nil, fmt.Sprintf(st.byID, sqlcore.Placeholders(len(ids))), append(ids, p.Limit)...)
+	return len(ids), err
+}
+
 // lockHeads locks up to limit heads the way ordered claims took them before
 // runs (ordered.go), with lock. On a table with the head index, the walk's
 // window starts above after: the claim's first step locked the first due
@@ -156,17 +263,21 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 // probe again and return (a transaction's own locks are not skipped),
 // counting them in its limit, and rows of other claims. (The loose scan
 // reads every aggregate anyway, and its rows carry their count.)
-func (s *Store) lockHeads(ctx context.Context, tx *sql.Tx, st claimStatements, p outbox.ClaimParams, limit int,
+func (s *Store) lockHeads(ctx context.Context, tx *sql.Tx, ord *orderedSQL, heads []lockSQL, p outbox.ClaimParams, limit int,
 	after int64, lock func(extra *int64, query string, args ...any) (int, error)) error {
-	ord := st.ord
+	var slot []any // the slot's parameters of statements restricted to it, right before the limit
+	if (ord != nil && ord.slot) || (ord == nil && len(heads) > 0 && heads[0].slot) {
+		slot = []any{p.Slots, p.Slot}
+	}
+	withLimit := func(limit int, args ...any) []any { return append(append(args, slot...), limit) }
 	switch {
 	case ord == nil:
 		got := 0
-		for _, q := range st.heads {
+		for _, q := range heads {
 			if got == limit {
 				break
 			}
-			n, err := lock(nil, q, limit-got)
+			n, err := lock(nil, q.query, withLimit(limit-got)...)
 			if err != nil {
 				return err
 			}
@@ -175,20 +286,20 @@ func (s *Store) lockHeads(ctx context.Context, tx *sql.Tx, st claimStatements, p
 	case s.fewAggregates(p):
 		// Every aggregate fits in one claim: the loose scan alone.
 		var aggs int64
-		if _, err := lock(&aggs, ord.heads, limit); err != nil {
+		if _, err := lock(&aggs, ord.heads, withLimit(limit)...); err != nil {
 			return err
 		}
 		s.countAggregates(p, aggs)
 	default:
 		bound := int64(math.MaxInt64)
 		beyond := true
-		switch err := tx.QueryRowContext(ctx, s.sql(ord.bound), after).Scan(&bound); {
+		switch err := tx.QueryRowContext(ctx, s.sql(ord.bound), append([]any{after}, slot...)...).Scan(&bound); {
 		case errors.Is(err, sql.ErrNoRows):
 			bound, beyond = math.MaxInt64, false // the whole backlog fits in the window
 		case err != nil:
 			return fmt.Errorf("read the window: %w", err)
 		}
-		n, err := lock(nil, ord.walk, after, bound, limit)
+		n, err := lock(nil, ord.walk, withLimit(limit, after, bound)...)
 		if err != nil {
 			return err
 		}
@@ -196,7 +307,7 @@ func (s *Store) lockHeads(ctx context.Context, tx *sql.Tx, st claimStatements, p
 			// Rows locked before come back too (this transaction's own
 			// locks are not skipped); lock keeps them once.
 			var aggs int64
-			if _, err := lock(&aggs, ord.heads, limit-n); err != nil {
+			if _, err := lock(&aggs, ord.heads, withLimit(limit-n)...); err != nil {
 				return err
 			}
 			s.countAggregates(p, aggs)
@@ -294,10 +405,97 @@ func (s *Store) claimSQL(info tableInfo, p outbox.ClaimParams) (string, []string
 // id) order, then the rows never claimed (next_retry_at NULL) in id order.
 // Rows leased by other claims lie between the two, and are not read.
 func (s *Store) claimSQLs(info tableInfo, p outbox.ClaimParams) ([]string, []string) {
-	t := s.table.quoted()
+	return s.claimSQLsWhere(info, p, "")
+}
+
+// claimHead is the start of a claim's locking SELECT, up to its FROM
+// (the table aliased c), and the columns it decodes.
+func (s *Store) claimHead(info tableInfo, p outbox.ClaimParams) (string, []string) {
 	sel := sqlcore.SelectColumns(info.Columns)
-	head := "SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)) +
-		" FROM " + t + " AS c"
+	return "SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)) +
+		" FROM " + s.table.quoted() + " AS c", sel
+}
+
+// slotPickRows is how many times the limit of ids a claim with a slot
+// picks: the rows other claims hold by the time it locks are skipped, and
+// the spare ids keep the claim full.
+const slotPickRows = 2
+
+// slotPickSQL builds, for a table with the (status, id) index, the two
+// statements by which a claim with a slot preference takes its slot's
+// candidates: pick, a plain read of the ids of the slot's first due rows
+// (parameters Slots, Slot, the number of ids), and byID, the locking read of
+// the rows with those ids (%s: their placeholders; then the limit) that are
+// still pending and due, in id order, skipping the rows other claims hold.
+//
+// Why not the locking scan of the unordered claim: it walks the (status,
+// id) index from the first pending row, over the leased rows of every
+// relay's batches in flight, locking each as it reads it, and a slot's
+// rows are a third of them with three relays, so it walks three times as
+// far; on MariaDB the acknowledgements of those rows wait for it
+// (docs/ordering.md, "MariaDB: ordered claims that read before they
+// lock"). The plain read locks nothing; the locking read locks only rows
+// of the slot, which other relays do not pick. What the claim keeps is
+// decided by the runs rule, on the rows it locked, as for any candidates.
+func (s *Store) slotPickSQL(info tableInfo, p outbox.ClaimParams) (pick, byID string) {
+	if info.claimIndex == "" {
+		return "", ""
+	}
+	t := s.table.quoted()
+	const due = "c.status = 0 AND (c.next_retry_at IS NULL OR c.next_retry_at <= UTC_TIMESTAMP(6))"
+	pick = "SELECT c.id FROM " + t + " AS c FORCE INDEX (" + quoteIdent(info.claimIndex) + ") WHERE " + due +
+		" AND " + slotHash + " = ? ORDER BY c.id LIMIT ?"
+	head, _ := s.claimHead(info, p)
+	pk := ""
+	if info.pkID {
+		pk = " FORCE INDEX (PRIMARY)"
+	}
+	return pick, head + pk + " WHERE c.id IN (%s) AND " + due + " ORDER BY c.id LIMIT ? FOR UPDATE SKIP LOCKED"
+}
+
+// lockSQL is one of a claim's locking SELECTs.
+type lockSQL struct {
+	query string
+	// slot says that its parameters are ClaimParams.Slots and Slot
+	// (slotHash), then the limit; otherwise the limit alone.
+	slot bool
+}
+
+// lockSQLs are the locking SELECTs qs, with the parameters slot says.
+func lockSQLs(qs []string, slot bool) []lockSQL {
+	out := make([]lockSQL, len(qs))
+	for i, q := range qs {
+		out[i] = lockSQL{query: q, slot: slot}
+	}
+	return out
+}
+
+// slotHash is the hash of a row's aggregate that a slot preference
+// (ClaimParams.Slot) is taken from, modulo its first parameter, Slots.
+// CRC32 is cheap and the same on MySQL and MariaDB; a row with a NULL
+// aggregate has a NULL hash and belongs to no slot.
+const slotHash = "CRC32(CONCAT(c.aggregate_type, '/', c.aggregate_id)) MOD ?"
+
+// slotSQLs builds the locking SELECTs of a claim with a slot preference
+// (ClaimParams.Slot and Slots): the unordered claim's SELECTs restricted to
+// the rows of the slot's aggregates, then the same SELECTs for every other
+// row (those with a NULL aggregate too), so that the second lot never
+// returns, and counts against its limit, a row the first one locked. Each
+// takes Slots and Slot, then the limit of what is left to take.
+//
+// They only choose the candidates: what a claim keeps of them is decided
+// by the runs rule (runs.go) as for any candidates, so the preference, and
+// whatever view of the relays it came from, cannot change the order.
+func (s *Store) slotSQLs(info tableInfo, p outbox.ClaimParams) []lockSQL {
+	in, _ := s.claimSQLsWhere(info, p, " AND "+slotHash+" = ?")
+	out, _ := s.claimSQLsWhere(info, p, " AND NOT ("+slotHash+" <=> ?)")
+	return append(lockSQLs(in, true), lockSQLs(out, true)...)
+}
+
+// claimSQLsWhere is claimSQLs with extra added to the WHERE of each SELECT.
+func (s *Store) claimSQLsWhere(info tableInfo, p outbox.ClaimParams, extra string) ([]string, []string) {
+	t := s.table.quoted()
+	head, sel := s.claimHead(info, p)
 	ordered := ""
 	if p.Ordered {
 		blocking := "0"
@@ -312,9 +510,9 @@ func (s *Store) claimSQLs(info tableInfo, p outbox.ClaimParams) ([]string, []str
 	if info.claimIndex == "" && info.statusIndex != "" && info.pkID {
 		force := " FORCE INDEX (" + quoteIdent(info.statusIndex) + ")"
 		return []string{
-			head + force + " WHERE c.status = 0 AND c.next_retry_at <= UTC_TIMESTAMP(6)" + ordered +
+			head + force + " WHERE c.status = 0 AND c.next_retry_at <= UTC_TIMESTAMP(6)" + ordered + extra +
 				" ORDER BY c.status, c.next_retry_at, c.id" + tail,
-			head + force + " WHERE c.status = 0 AND c.next_retry_at IS NULL" + ordered + " ORDER BY c.id" + tail,
+			head + force + " WHERE c.status = 0 AND c.next_retry_at IS NULL" + ordered + extra + " ORDER BY c.id" + tail,
 		}, sel
 	}
 	force := ""
@@ -322,5 +520,5 @@ func (s *Store) claimSQLs(info tableInfo, p outbox.ClaimParams) ([]string, []str
 		force = " FORCE INDEX (" + quoteIdent(info.claimIndex) + ")"
 	}
 	return []string{head + force + " WHERE c.status = 0 AND (c.next_retry_at IS NULL OR c.next_retry_at <= UTC_TIMESTAMP(6))" +
-		ordered + " ORDER BY c.id" + tail}, sel
+		ordered + extra + " ORDER BY c.id" + tail}, sel
 }

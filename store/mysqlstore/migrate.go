@@ -36,7 +36,8 @@ const migrateLockTimeout = 30
 // expires_at), an index on (status, id) for the
 // claim path and one on (status, aggregate_type, aggregate_id, id) for
 // ordered claims when they are missing, and leaves everything else, including a
-// hand-made table's DATETIME precision, as it is. It is idempotent, and
+// hand-made table's DATETIME precision, as it is. It also creates the table
+// of relays ([Store.RelaysTable]) if it is missing. It is idempotent, and
 // safe to run from several processes at once: it holds a named lock
 // (GET_LOCK) for the table while it works.
 func (s *Store) Migrate(ctx context.Context) error {
@@ -61,6 +62,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 	defer conn.ExecContext(context.WithoutCancel(ctx), migrateUnlockSQL, s.table.schemaArg(), s.table.name)
 
 	if err := s.migrate(ctx, conn); err != nil {
+		return fmt.Errorf("mysqlstore: migrate %s: %w", s.table.raw, err)
+	}
+	if err := s.migrateRelays(ctx, conn); err != nil {
 		return fmt.Errorf("mysqlstore: migrate %s: %w", s.table.raw, err)
 	}
 	return nil

@@ -3,6 +3,7 @@ package mysqlstore
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/rowcheck"
@@ -43,6 +44,10 @@ func orderedWindow(limit int) int { return max(4*limit, 256) }
 
 // orderedSQL are the statements of an ordered claim on a table with the head index.
 type orderedSQL struct {
+	// slot says that each statement also takes ClaimParams.Slots and Slot
+	// (slotHash), right before the limit (bound: last): the heads of the
+	// slot's aggregates only (orderedSlotSQL).
+	slot bool
 	// The window starts above its first parameter, after: the rows up to
 	// the last one the claim's first step locked, in id order, are locked by
 	// this claim or by another one (see lockHeads).
@@ -57,6 +62,25 @@ const due = "(%[1]s.next_retry_at IS NULL OR %[1]s.next_retry_at <= UTC_TIMESTAM
 // when the table lacks the head index (the claim then walks the whole
 // backlog with the statement of claimSQL).
 func (s *Store) orderedClaimSQL(info tableInfo, p outbox.ClaimParams, sel []string) *orderedSQL {
+	return s.orderedSQLWhere(info, p, sel, "", "")
+}
+
+// orderedSlotSQL is orderedClaimSQL restricted to the heads of the rows
+// whose aggregates hash to the slot (ClaimParams.Slot): a claim with a slot
+// preference takes those heads first.
+func (s *Store) orderedSlotSQL(info tableInfo, p outbox.ClaimParams, sel []string) *orderedSQL {
+	ord := s.orderedSQLWhere(info, p, sel, " AND "+slotHash+" = ?",
+		" AND "+strings.ReplaceAll(slotHash, "c.", "w.")+" = ?")
+	if ord != nil {
+		ord.slot = true
+	}
+	return ord
+}
+
+// orderedSQLWhere builds the statements of orderedClaimSQL with extra added
+// to the conditions on the claimed rows c and extraW to those on the
+// window's rows w.
+func (s *Store) orderedSQLWhere(info tableInfo, p outbox.ClaimParams, sel []string, extra, extraW string) *orderedSQL {
 	if !p.Ordered || info.headIndex == "" {
 		return nil
 	}
@@ -69,7 +93,7 @@ func (s *Store) orderedClaimSQL(info tableInfo, p outbox.ClaimParams, sel []stri
 	selectCols := "SELECT c.id, " + nextAttempt("c.retry_count") + ", " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload))
 	head := selectCols + " FROM " + t + " AS c"
 	blocking := "0"
-	walk := head + claimIdx + " WHERE c.status = 0 AND " + fmt.Sprintf(due, "c") + " AND c.id > ? AND c.id <= ?" +
+	walk := head + claimIdx + " WHERE c.status = 0 AND " + fmt.Sprintf(due, "c") + " AND c.id > ? AND c.id <= ?" + extra +
 		" AND NOT " + earlierRow(t, headIdx, "0")
 	if p.BlockOnDead {
 		blocking = "0, 2"
@@ -77,7 +101,7 @@ func (s *Store) orderedClaimSQL(info tableInfo, p outbox.ClaimParams, sel []stri
 	}
 	return &orderedSQL{
 		bound: "SELECT w.id FROM " + t + " AS w" + claimIdx + " WHERE w.status = 0 AND " + fmt.Sprintf(due, "w") +
-			" AND w.id > ? ORDER BY w.id LIMIT 1 OFFSET " + strconv.Itoa(orderedWindow(p.Limit)-1),
+			" AND w.id > ?" + extraW + " ORDER BY w.id LIMIT 1 OFFSET " + strconv.Itoa(orderedWindow(p.Limit)-1),
 		walk: walk + " ORDER BY c.id LIMIT ? FOR UPDATE SKIP LOCKED",
 		// The inner GROUP BY names the index's leading columns so that MySQL and
 		// MariaDB read it with a loose index scan ("Using index for group-by"):
@@ -87,7 +111,7 @@ func (s *Store) orderedClaimSQL(info tableInfo, p outbox.ClaimParams, sel []stri
 		heads: selectCols + ", hd.aggs FROM " + t + " AS c JOIN (SELECT MIN(g.first) AS id, COUNT(*) OVER () AS aggs FROM (SELECT aggregate_type, aggregate_id, MIN(id) AS first FROM " +
 			t + headIdx + " WHERE status IN (" + blocking + ") GROUP BY status, aggregate_type, aggregate_id) AS g" +
 			" GROUP BY g.aggregate_type, g.aggregate_id) AS hd ON c.id = hd.id" +
-			" WHERE c.status = 0 AND " + fmt.Sprintf(due, "c") + " ORDER BY c.id LIMIT ? FOR UPDATE SKIP LOCKED",
+			" WHERE c.status = 0 AND " + fmt.Sprintf(due, "c") + extra + " ORDER BY c.id LIMIT ? FOR UPDATE SKIP LOCKED",
 	}
 }
 

@@ -208,16 +208,28 @@ func scanRuns(ctx context.Context, tx *sql.Tx, query string, args []any, last ma
 // runPrefixes is step (3): per aggregate, the longest prefix of rows that
 // the claim locked or that are in Chain (held by this relay's batches in
 // flight, which it publishes first: chained runs), keeping the locked ones;
-// a run that follows a row of Chain keeps at most chainCap of them.
+// a run that follows a row of Chain, or any run of a claim with a slot
+// preference, keeps at most chainCap of them.
 func runPrefixes(pending map[aggKey][]int64, locked map[int64]*lockedRow, p outbox.ClaimParams) []*lockedRow {
 	chained := make(map[int64]bool, len(p.Chain))
 	for _, id := range p.Chain {
 		chained[id] = true
 	}
+	first := 0 // the most rows of an aggregate a run keeps when it follows no row of Chain
+	if p.Slots > 1 {
+		// With a slot preference, every run: the relay's next claim looks at
+		// the same slot first, so an aggregate with a deep backlog at the
+		// front of it would fill the claim alone again and again, and the
+		// slot's other aggregates would wait behind its waves.
+		first = chainCap(p.Limit)
+	}
 	var kept []*lockedRow
 	for _, ids := range pending {
 		slices.Sort(ids)
 		n, most := 0, len(ids)
+		if first > 0 {
+			most = first
+		}
 		for _, id := range ids {
 			if r, ok := locked[id]; ok {
 				if n >= most {

@@ -83,9 +83,22 @@ func (s *Store) statements(info tableInfo) map[string]string {
 		if !p.Ordered {
 			continue
 		}
+		for i, q := range s.slotSQLs(info, outbox.ClaimParams{Limit: p.Limit, MaxPayload: p.MaxPayload}) {
+			out[fmt.Sprintf("%s slot lock %d", name, i)] = q.query
+		}
 		out[name+" runs"] = s.runsSQL(info, p, 2)
 		if ord := s.orderedClaimSQL(info, p, sel); ord != nil {
 			out[name+" bound"], out[name+" walk"], out[name+" heads"] = ord.bound, ord.walk, ord.heads
+		}
+		if ord := s.orderedSlotSQL(info, p, sel); ord != nil {
+			out[name+" slot bound"], out[name+" slot walk"], out[name+" slot heads"] = ord.bound, ord.walk, ord.heads
+		}
+		if pick, byID := s.slotPickSQL(info, outbox.ClaimParams{Limit: p.Limit, MaxPayload: p.MaxPayload}); pick != "" {
+			out[name+" slot pick"], out[name+" slot by id"] = pick, fmt.Sprintf(byID, "?, ?")
+		}
+		slotHeads, _ := s.claimSQLsWhere(info, p, " AND "+slotHash+" = ?")
+		for i, q := range slotHeads {
+			out[fmt.Sprintf("%s slot heads %d", name, i)] = q
 		}
 	}
 	return out

@@ -28,6 +28,7 @@ var (
 	_ outbox.Pinger              = (*Store)(nil)
 	_ outbox.Admin               = (*Store)(nil)
 	_ outbox.RowCounter          = (*Store)(nil)
+	_ outbox.RelayLister         = (*Store)(nil)
 	_ outbox.TxInserter[*sql.Tx] = (*Store)(nil)
 )
 

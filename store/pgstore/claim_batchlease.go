@@ -210,7 +210,7 @@ func (b batchLeaseClaimer) claim(ctx context.Context, q *queries, p outbox.Claim
 		}
 		return s.leaseBatch(ctx, q, p, mode, p.Limit)
 	}
-	return s.fromCursor(p.Limit, func(limit int, lo, hi int64) (*outbox.Claim, error) {
+	return s.fromCursor(&s.claimCursor, p.Limit, func(limit int, lo, hi int64) (*outbox.Claim, error) {
 		return s.leaseBatch(ctx, q, p, claimUnordered, limit, lo, hi)
 	})
 }

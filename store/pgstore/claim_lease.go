@@ -42,7 +42,7 @@ func (r *rowLeaseClaimer) claim(ctx context.Context, q *queries, p outbox.ClaimP
 		sortClaim(claim)
 		return claim, nil
 	}
-	return s.fromCursor(p.Limit, func(limit int, lo, hi int64) (*outbox.Claim, error) {
+	return s.fromCursor(&s.claimCursor, p.Limit, func(limit int, lo, hi int64) (*outbox.Claim, error) {
 		claim := &outbox.Claim{}
 		return claim, s.claimRows(ctx, claim, q, q.claim[claimUnordered], nil, mp, limit, lease, lo, hi)
 	})

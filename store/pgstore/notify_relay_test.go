@@ -270,12 +270,16 @@ func TestRelayListenerRecovers(t *testing.T) {
 }
 
 // sqlCounter counts the round trips a pool makes: each statement sent on its
-// own (except LISTEN), and each batch of statements sent at once.
-type sqlCounter struct{ n atomic.Int64 }
+// own (except LISTEN), and each batch of statements sent at once; beats
+// counts those of them on the table of relays (heartbeats).
+type sqlCounter struct{ n, beats atomic.Int64 }
 
 func (c *sqlCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	if !strings.HasPrefix(d.SQL, "LISTEN ") {
 		c.n.Add(1)
+	}
+	if strings.Contains(d.SQL, "_relays") {
+		c.beats.Add(1)
 	}
 	return ctx
 }
@@ -290,30 +294,42 @@ func (c *sqlCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEnd
 // TestIdleRelayCost counts every round trip an idle relay makes to
 // PostgreSQL over two seconds: one claim per poll interval, with and without
 // notifications (the listener's LISTEN aside) and with batch leases (whose
-// claim is one round trip of a few statements).
+// claim is one round trip of a few statements). An ordered relay also
+// heartbeats into the table of relays, one statement every third of its TTL
+// (here 600 ms, to see several; 10 s by default), counted apart.
 func TestIdleRelayCost(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name                string
-		notify, lease, held bool
-	}{{"Polling", false, false, false}, {"Notify", true, false, false}, {"NotifyBatchLease", true, true, false},
-		{"NotifyHeldClaims", true, false, true}} {
+		name                         string
+		notify, lease, held, ordered bool
+	}{{"Polling", false, false, false, false}, {"Notify", true, false, false, false},
+		{"NotifyBatchLease", true, true, false, false}, {"NotifyHeldClaims", true, false, true, false},
+		{"OrderedPolling", false, false, false, true}} {
 		notify := tc.notify
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s, counter, _ := countedStore(t, pgstore.WithNotify(notify), pgstore.WithBatchLease(tc.lease),
 				pgstore.WithHeldClaims(tc.held))
-			const poll, window = 200 * time.Millisecond, 2 * time.Second
-			r, err := outbox.NewRelay(s, outboxtest.NewPublisher(), outbox.WithOrdering(false, outbox.DeadBlocks), outbox.WithPollInterval(poll))
+			const poll, window, ttl = 200 * time.Millisecond, 2 * time.Second, 600 * time.Millisecond
+			r, err := outbox.NewRelay(s, outboxtest.NewPublisher(), outbox.WithOrdering(tc.ordered, outbox.DeadBlocks),
+				outbox.WithPollInterval(poll), outbox.WithRelayTTL(ttl))
 			require.NoError(t, err)
-			before := counter.n.Load()
+			before, beatsBefore := counter.n.Load(), counter.beats.Load()
 			startRelay(t, r)
 			// An observation window, not a wait for a condition.
 			<-time.After(window)
-			got := counter.n.Load() - before
-			t.Logf("%d round trips in %v at a poll interval of %v", got, window, poll)
+			beats := counter.beats.Load() - beatsBefore
+			got := counter.n.Load() - before - beats
+			t.Logf("%d round trips and %d heartbeats in %v at a poll interval of %v", got, beats, window, poll)
 			require.LessOrEqual(t, got, int64(window/poll)+1, "an idle relay costs at most one claim per poll interval")
 			require.GreaterOrEqual(t, got, int64(window/poll)/2, "the relay did not poll")
+			if !tc.ordered {
+				require.Zero(t, beats, "an unordered relay does not heartbeat")
+				return
+			}
+			// One at start, then every ttl/3 ± 20%.
+			require.LessOrEqual(t, beats, int64(window/(ttl/3*8/10))+1, "one statement per heartbeat")
+			require.GreaterOrEqual(t, beats, int64(2), "the relay did not heartbeat")
 		})
 	}
 }

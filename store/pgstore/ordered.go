@@ -80,7 +80,11 @@ type orderedQueries struct {
 type orderedState struct {
 	headIndex bool
 	q         [2]orderedQueries // by blockOnDead: 0 = dead rows do not block, 1 = they do
-	runs      [2]runsQueries    // the same for runs claims (runs.go)
+	// slotQ are q restricted to the heads of a slot's aggregates
+	// (ClaimParams.Slot): each takes Slots and the slot after its other
+	// parameters, then the payload limit.
+	slotQ [2]orderedQueries
+	runs  [2]runsQueries // the same for runs claims (runs.go)
 	// aggs is, by blockOnDead, how many aggregates (with a pending row, or a
 	// dead one when dead rows block) the last skip scan that went through
 	// all of them visited; 0 when unknown. Guarded by Store.mu.
@@ -93,6 +97,45 @@ type orderedCursor struct {
 	set     bool
 	aggType string
 	aggID   string
+}
+
+// slotCond is the condition "row o's aggregate is in the slot": its hash
+// (slotHash, with Slots as parameter n) equals parameter n+1.
+func slotCond(n int) string {
+	return "\n\t  AND " + strings.Replace(slotHash, "$6", fmt.Sprintf("$%d", n), 1) + fmt.Sprintf(" = $%d::bigint", n+1)
+}
+
+// withSlot adds slotCond(n) to the claimed rows' conditions of a heads
+// statement, before their ORDER BY or LIMIT.
+func withSlot(sql string, n int) string {
+	for _, at := range []string{"\n\tORDER BY o.id\n\tLIMIT $1\n\tFOR UPDATE OF o SKIP LOCKED", "\n\tLIMIT $1\n\tFOR UPDATE OF o SKIP LOCKED"} {
+		if strings.Contains(sql, at) {
+			return strings.Replace(sql, at, slotCond(n)+at, 1)
+		}
+	}
+	panic("pgstore: no place for the slot condition in " + sql)
+}
+
+// buildSlotOrderedQueries builds the statements of buildOrderedQueries
+// restricted to the heads of a slot's aggregates (orderedState.slotQ).
+func buildSlotOrderedQueries(table string, q *queries, async string) [2]orderedQueries {
+	update := indent(fmt.Sprintf(orderedUpdateSQL, table, q.columnList, nextAttempt("o.retry_count")))
+	const key = `(h.aggregate_type COLLATE "C", h.aggregate_id COLLATE "C")`
+	var out [2]orderedQueries
+	for i, blocking := range []string{"0", "0, 2"} {
+		sql := func(format string, args ...any) string {
+			return fmt.Sprintf(format, append([]any{table, blocking}, args...)...)
+		}
+		out[i] = orderedQueries{
+			walk:     payloadParam(withSlot(sql(orderedWalkSQL, update, async), 4), 6),
+			byStatus: payloadParam(withSlot(sql(orderedByStatusSQL, update, async), 4), 6),
+			headsFrom: payloadParam(withSlot(sql(orderedHeadsSQL, key+" > ($3::text, $4::text)", "", update, async), 5),
+				7),
+			headsUpTo: payloadParam(withSlot(sql(orderedHeadsSQL, key+" <= ($3::text, $4::text)",
+				"\n\t\t  AND "+key+" <= ($3::text, $4::text)", update, async), 5), 7),
+		}
+	}
+	return out
 }
 
 // buildOrderedQueries builds the statements; async is the filter that turns
@@ -249,7 +292,8 @@ func (s *Store) orderedFor(ctx context.Context, q *queries) (*orderedState, erro
 		return nil, fmt.Errorf("pgstore: claim: look for the head index: %w", err)
 	}
 	st = &orderedState{headIndex: ok, q: buildOrderedQueries(s.ident, q, s.asyncFilter()),
-		runs: buildRunsQueries(s.ident, q, ok, s.asyncFilter())}
+		slotQ: buildSlotOrderedQueries(s.ident, q, s.asyncFilter()),
+		runs:  buildRunsQueries(s.ident, q, ok, s.asyncFilter())}
 	s.mu.Lock()
 	s.ordered = st
 	s.mu.Unlock()
@@ -258,6 +302,12 @@ func (s *Store) orderedFor(ctx context.Context, q *queries) (*orderedState, erro
 
 // claimHeads claims heads only (see the comment at the top of this file).
 func (s *Store) claimHeads(ctx context.Context, q *queries, p outbox.ClaimParams) (*outbox.Claim, error) {
+	return s.claimHeadsOf(ctx, q, p, false)
+}
+
+// claimHeadsOf is claimHeads; with slot, only heads of the aggregates of
+// the slot p.Slot (of p.Slots).
+func (s *Store) claimHeadsOf(ctx context.Context, q *queries, p outbox.ClaimParams, slot bool) (*outbox.Claim, error) {
 	st, err := s.orderedFor(ctx, q)
 	if err != nil {
 		return nil, err
@@ -268,17 +318,22 @@ func (s *Store) claimHeads(ctx context.Context, q *queries, p outbox.ClaimParams
 	if p.BlockOnDead {
 		policy = 1
 	}
-	if !st.headIndex {
-		return s.claimOrderedByStatus(ctx, q, st.q[policy], p)
-	}
 	oq := st.q[policy]
+	var extra []any // the slot's parameters, after the others
+	if slot {
+		oq, extra = st.slotQ[policy], []any{p.Slots, p.Slot}
+	}
+	args := func(a ...any) []any { return append(a, extra...) }
+	if !st.headIndex {
+		return s.claimOrderedByStatus(ctx, q, oq, p, extra)
+	}
 	s.mu.Lock()
 	aggs, cur := st.aggs[policy], s.cursor
 	s.mu.Unlock()
 	if aggs > 0 && aggs <= int64(p.Limit) {
 		// Few aggregates: the skip scan alone, from the first aggregate.
 		var visited pgtype.Int8
-		if err := s.claimRows(ctx, claim, q, oq.headsFrom, []any{&visited}, mp, p.Limit, lease, "", ""); err != nil {
+		if err := s.claimRows(ctx, claim, q, oq.headsFrom, []any{&visited}, mp, args(p.Limit, lease, "", "")...); err != nil {
 			return nil, err
 		}
 		s.setAggregates(st, policy, visited)
@@ -287,19 +342,19 @@ func (s *Store) claimHeads(ctx context.Context, q *queries, p outbox.ClaimParams
 	}
 
 	var beyond bool
-	if err := s.claimRows(ctx, claim, q, oq.walk, []any{&beyond}, mp, p.Limit, lease, orderedWindow(p.Limit)); err != nil {
+	if err := s.claimRows(ctx, claim, q, oq.walk, []any{&beyond}, mp, args(p.Limit, lease, orderedWindow(p.Limit))...); err != nil {
 		return nil, err
 	}
 	if n := claimSize(claim); n < p.Limit && beyond {
 		from := &outbox.Claim{}
 		var visitedFrom, visitedUpTo pgtype.Int8
-		if err := s.claimRows(ctx, from, q, oq.headsFrom, []any{&visitedFrom}, mp, p.Limit-n, lease, cur.aggType, cur.aggID); err != nil {
+		if err := s.claimRows(ctx, from, q, oq.headsFrom, []any{&visitedFrom}, mp, args(p.Limit-n, lease, cur.aggType, cur.aggID)...); err != nil {
 			return nil, err
 		}
 		upTo := &outbox.Claim{}
 		if m := claimSize(from); n+m < p.Limit && cur.set {
-			if err := s.claimRows(ctx, upTo, q, oq.headsUpTo, []any{&visitedUpTo}, mp, p.Limit-n-m, lease,
-				cur.aggType, cur.aggID); err != nil {
+			if err := s.claimRows(ctx, upTo, q, oq.headsUpTo, []any{&visitedUpTo}, mp, args(p.Limit-n-m, lease,
+				cur.aggType, cur.aggID)...); err != nil {
 				return nil, err
 			}
 		}
@@ -335,15 +390,15 @@ func (s *Store) claimHeads(ctx context.Context, q *queries, p outbox.ClaimParams
 // next_retry_at) index; when that is short of the limit and the window was
 // full, the heads among all due rows (a claim then reads the backlog, which
 // happens when few aggregates hold it).
-func (s *Store) claimOrderedByStatus(ctx context.Context, q *queries, oq orderedQueries, p outbox.ClaimParams) (*outbox.Claim, error) {
+func (s *Store) claimOrderedByStatus(ctx context.Context, q *queries, oq orderedQueries, p outbox.ClaimParams, extra []any) (*outbox.Claim, error) {
 	lease, mp := p.Lease.Microseconds(), payloadLimit(p.MaxPayload)
 	claim := &outbox.Claim{}
 	var beyond bool
-	if err := s.claimRows(ctx, claim, q, oq.byStatus, []any{&beyond}, mp, p.Limit, lease, orderedWindow(p.Limit)); err != nil {
+	if err := s.claimRows(ctx, claim, q, oq.byStatus, []any{&beyond}, mp, append([]any{p.Limit, lease, orderedWindow(p.Limit)}, extra...)...); err != nil {
 		return nil, err
 	}
 	if n := claimSize(claim); n < p.Limit && beyond {
-		if err := s.claimRows(ctx, claim, q, oq.byStatus, []any{&beyond}, mp, p.Limit-n, lease, int64(math.MaxInt64)); err != nil {
+		if err := s.claimRows(ctx, claim, q, oq.byStatus, []any{&beyond}, mp, append([]any{p.Limit - n, lease, int64(math.MaxInt64)}, extra...)...); err != nil {
 			return nil, err
 		}
 	}

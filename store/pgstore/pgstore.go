@@ -66,6 +66,9 @@ type Store struct {
 	claimer claimer
 	// claimCursor is where the next unordered claim starts (store.go).
 	claimCursor claimCursor
+	// slotCursors are the claim cursors of ordered claims with a slot
+	// preference, by (slot, slots) (cursorFor). Guarded by mu.
+	slotCursors map[[2]int]*claimCursor
 
 	mu      sync.Mutex
 	q       *queries      // built from the table's columns on first use

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/outboxkit/outbox"
 )
@@ -49,6 +50,44 @@ import (
 type runsQueries struct {
 	fromCursor string // on Migrate's pending index, from the claim cursor
 	byStatus   string // without it: from the (status, next_retry_at) index (indexes.go)
+	// The same with a slot preference (ClaimParams.Slot): the candidates
+	// are first the rows of the slot's aggregates, then the other rows up
+	// to the limit. $6 is Slots, $7 the slot, $8 the payload limit. They
+	// return one more flag after "full": mine filled the limit (slotFull).
+	slotFromCursor string
+	slotByStatus   string
+}
+
+// slotHash is the hash of the aggregate of row o, modulo $6 (Slots), that a
+// slot preference takes its rows by: computed by the database, so the same
+// for every relay of a table; NULL for a row with no aggregate, which then
+// belongs to no slot.
+const slotHash = `(hashtextextended(o.aggregate_type || '/' || o.aggregate_id, 0) & 9223372036854775807) % $6::bigint`
+
+// slotRest is the rest of a runs claim after slotCandidates: the same,
+// with the flag slotFull (mine filled the limit) after full.
+func slotRest(rest string) string {
+	return strings.Replace(rest, "SELECT u.*, f.full FROM (SELECT count(*) >= $1 AS full FROM cand) AS f",
+		"SELECT u.*, f.full, f.slot_full FROM (SELECT count(*) >= $1 AS full, (SELECT count(*) FROM mine) >= $1 AS slot_full FROM cand) AS f", 1)
+}
+
+// slotCandidates turns the candidates' CTE cand (one locking SELECT, the
+// rest of the statement after it) into two: mine, the slot's rows, and
+// others, every other row up to what mine left of the limit, which the
+// statement reads only when mine came back short (a LIMIT of 0 reads
+// nothing). cand is both; the rest of the statement is the same. The
+// async-commit filter stays in mine.
+func slotCandidates(cand, async string) string {
+	i := strings.Index(cand, "cand AS (")
+	head, sel := cand[:i], cand[i+len("cand AS ("):]
+	sel = sel[:strings.LastIndex(sel, ")")]
+	mine := strings.Replace(sel, "\n\tORDER BY o.id", "\n\t  AND "+slotHash+" = $7::bigint\n\tORDER BY o.id", 1)
+	others := strings.Replace(sel, "\n\tORDER BY o.id", "\n\t  AND "+slotHash+" IS DISTINCT FROM $7::bigint\n\tORDER BY o.id", 1)
+	if async != "" {
+		others = strings.Replace(others, async, "", 1)
+	}
+	others = strings.Replace(others, "\n\tLIMIT $1\n", "\n\tLIMIT $1 - (SELECT count(*) FROM mine)\n", 1)
+	return head + "mine AS (" + mine + "), others AS (" + others + "), cand AS (\n\tSELECT * FROM mine UNION ALL SELECT * FROM others\n)"
 }
 
 // buildRunsQueries builds the runs statements; headIndex says whether the
@@ -105,20 +144,22 @@ SELECT u.*, f.full FROM (SELECT count(*) >= $1 AS full FROM cand) AS f LEFT JOIN
 		// ANY (ARRAY(...)) keeps the planner off a hash join of the whole
 		// table with the kept ids; a row with no aggregate (malformed) is
 		// its own run, so that it is claimed and killed.
-		out[i].fromCursor = payloadParam(fmt.Sprintf(`WITH cand AS (
+		fromCursor := fmt.Sprintf(`WITH cand AS (
 	SELECT o.id, o.aggregate_type, o.aggregate_id FROM %[1]s AS o
 	WHERE o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
 	  AND o.id > $3 AND o.id <= $4%[2]s
 	ORDER BY o.id
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
-)`, table, async)+rest, 6)
+)`, table, async)
+		out[i].fromCursor = payloadParam(fromCursor+rest, 6)
+		out[i].slotFromCursor = payloadParam(slotCandidates(fromCursor, async)+slotRest(rest), 8)
 		// Without the pending index the candidates come, as in the
 		// unordered claim (claimStatus), from a window of the (status,
 		// next_retry_at) index: the rows due again, then the rows never
 		// claimed; they need not be the first due rows in id order, which
 		// the prefix rule does not need.
-		out[i].byStatus = payloadParam(fmt.Sprintf(statusWindow+`, cand AS (
+		byStatus := fmt.Sprintf(statusWindow+`, cand AS (
 	SELECT o.id, o.aggregate_type, o.aggregate_id FROM %[1]s AS o
 	WHERE o.id = ANY (ARRAY(SELECT id FROM due UNION ALL SELECT id FROM fresh))
 	  AND o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
@@ -126,7 +167,9 @@ SELECT u.*, f.full FROM (SELECT count(*) >= $1 AS full FROM cand) AS f LEFT JOIN
 	ORDER BY o.id
 	LIMIT $1
 	FOR UPDATE OF o SKIP LOCKED
-)`, table, async)+rest, 6)
+)`, table, async)
+		out[i].byStatus = payloadParam(byStatus+rest, 6)
+		out[i].slotByStatus = payloadParam(slotCandidates(byStatus, async)+slotRest(rest), 8)
 	}
 	return out
 }
@@ -154,22 +197,32 @@ func (s *Store) claimRuns(ctx context.Context, q *queries, p outbox.ClaimParams)
 		chain = []int64{}
 	}
 	slices.Sort(chain)
+	sql, args := rq.byStatus, []any{chain}
+	switch {
+	case p.Slots > 1 && ix.pending:
+		sql, args = rq.slotFromCursor, []any{chain, p.Slots, p.Slot}
+	case p.Slots > 1:
+		sql, args = rq.slotByStatus, []any{chain, p.Slots, p.Slot}
+	case ix.pending:
+		sql = rq.fromCursor
+	}
+	slotFull := false // with a slot: its rows filled the candidates (it has more)
 	take := func(limit int, lo, hi int64) (*outbox.Claim, error) {
 		claim := &outbox.Claim{}
-		sql := rq.byStatus
-		if ix.pending {
-			sql = rq.fromCursor
+		var f, sf bool
+		flags := []any{&f}
+		if p.Slots > 1 {
+			flags = append(flags, &sf)
 		}
-		var f bool
-		if err := s.claimRows(ctx, claim, q, sql, []any{&f}, mp, limit, lease, lo, hi, chain); err != nil {
+		if err := s.claimRows(ctx, claim, q, sql, flags, mp, append([]any{limit, lease, lo, hi}, args...)...); err != nil {
 			return nil, err
 		}
-		full = full || f
+		full, slotFull = full || f, slotFull || sf
 		return claim, nil
 	}
 	var claim *outbox.Claim
 	if ix.pending {
-		claim, err = s.fromCursor(p.Limit, take)
+		claim, err = s.fromCursor(s.cursorFor(p), p.Limit, take)
 	} else {
 		claim, err = take(p.Limit, 0, math.MaxInt64)
 	}
@@ -180,6 +233,26 @@ func (s *Store) claimRuns(ctx context.Context, q *queries, p outbox.ClaimParams)
 	if n >= p.Limit || !full {
 		sortClaim(claim)
 		return claim, nil
+	}
+	if slotFull {
+		// The slot's rows filled the candidates and are held back: the
+		// slot's heads first. Then heads of any aggregate only when the
+		// slot gave nothing, so that a slot no live relay has (a view out
+		// of date, until the next heartbeats) is not left behind: heads of
+		// other slots taken in every claim would keep their relays'
+		// candidates blocked behind this relay's batches.
+		hp := p
+		hp.Limit = p.Limit - n
+		if heads, err := s.claimHeadsOf(ctx, q, hp, true); err == nil {
+			claim.Messages = append(claim.Messages, heads.Messages...)
+			claim.Malformed = append(claim.Malformed, heads.Malformed...)
+		} else if n == 0 {
+			return nil, err
+		}
+		if n = claimSize(claim); n > 0 {
+			sortClaim(claim)
+			return claim, nil
+		}
 	}
 	// Short, with more due rows beyond the candidates: heads from anywhere.
 	// The runs stand if this fails; they go out without its rows.

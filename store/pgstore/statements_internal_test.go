@@ -72,10 +72,18 @@ func statementDump(t *testing.T, cols map[string]string, m *colmap.Rewriter) str
 			add(fmt.Sprintf("%sordered %d headsUpTo", p, i), oq.headsUpTo)
 			add(fmt.Sprintf("%sordered %d byStatus", p, i), oq.byStatus)
 		}
+		for i, oq := range buildSlotOrderedQueries(`"outbox_message"`, q, async) {
+			add(fmt.Sprintf("%sslot ordered %d walk", p, i), oq.walk)
+			add(fmt.Sprintf("%sslot ordered %d headsFrom", p, i), oq.headsFrom)
+			add(fmt.Sprintf("%sslot ordered %d headsUpTo", p, i), oq.headsUpTo)
+			add(fmt.Sprintf("%sslot ordered %d byStatus", p, i), oq.byStatus)
+		}
 		for _, head := range []bool{false, true} {
 			for i, rq := range buildRunsQueries(`"outbox_message"`, q, head, async) {
 				add(fmt.Sprintf("%sruns %d head index %v fromCursor", p, i, head), rq.fromCursor)
 				add(fmt.Sprintf("%sruns %d head index %v byStatus", p, i, head), rq.byStatus)
+				add(fmt.Sprintf("%sruns %d head index %v slotFromCursor", p, i, head), rq.slotFromCursor)
+				add(fmt.Sprintf("%sruns %d head index %v slotByStatus", p, i, head), rq.slotByStatus)
 			}
 		}
 		if m == nil { // not available with a mapping

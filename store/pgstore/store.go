@@ -31,6 +31,11 @@ import (
 // With p.MaxPayload, a claim reads no more than about that much of each
 // payload: a row whose payload is larger comes back in Claim.Malformed
 // with the payload's size, which is read on its own, without the payload.
+//
+// An ordered claim with p.Slots above 1 looks first at the rows of the
+// aggregates whose hash (hashtextextended of aggregate_type || '/' ||
+// aggregate_id, made non-negative) modulo p.Slots is p.Slot (runs.go); what
+// it keeps is decided as without it.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
 	c, err := s.claim(ctx, p)
 	if c != nil {
@@ -88,6 +93,9 @@ func (s *Store) claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	if err := dialect.CheckClaim(p); err != nil {
 		return nil, err
 	}
+	if p.Slots > 1 && (p.Slot < 0 || p.Slot >= p.Slots) {
+		return nil, fmt.Errorf("pgstore: claim: slot %d is not between 0 and %d", p.Slot, p.Slots-1)
+	}
 	q, err := s.queriesFor(ctx, s.poolRow)
 	if err != nil {
 		return nil, err
@@ -97,11 +105,11 @@ func (s *Store) claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 
 // fromCursor claims up to limit rows with take, each call of which claims
 // (and commits) the due rows with ids in (lo, hi]: first from the claim
-// cursor on; when that comes back short, the rest from the first due row up
+// cursor cur on; when that comes back short, the rest from the first due row up
 // to the cursor. If that second take fails, the rows of the first stand and
 // go out without what the failed one returned.
-func (s *Store) fromCursor(limit int, take func(limit int, lo, hi int64) (*outbox.Claim, error)) (*outbox.Claim, error) {
-	after := s.claimCursor.start(time.Now())
+func (s *Store) fromCursor(cur *claimCursor, limit int, take func(limit int, lo, hi int64) (*outbox.Claim, error)) (*outbox.Claim, error) {
+	after := cur.start(time.Now())
 	claim, err := take(limit, after, math.MaxInt64)
 	if err != nil {
 		return nil, err
@@ -112,9 +120,32 @@ func (s *Store) fromCursor(limit int, take func(limit int, lo, hi int64) (*outbo
 			claim.Malformed = append(claim.Malformed, more.Malformed...)
 		}
 	}
-	s.claimCursor.claimed(after, claim, limit)
+	cur.claimed(after, claim, limit)
 	sortClaim(claim)
 	return claim, nil
+}
+
+// cursorFor returns the claim cursor of claims with p: the Store's, or,
+// with a slot preference, one per slot. A claim of slot rows reaches ids
+// about Slots times further than one of any rows; a relay of another slot
+// sharing the Store (several relays in one process) would start after them,
+// past the first rows of its own slot.
+func (s *Store) cursorFor(p outbox.ClaimParams) *claimCursor {
+	if p.Slots < 2 {
+		return &s.claimCursor
+	}
+	key := [2]int{p.Slot, p.Slots}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.slotCursors[key]
+	if c == nil {
+		if s.slotCursors == nil {
+			s.slotCursors = map[[2]int]*claimCursor{}
+		}
+		c = &claimCursor{every: s.claimCursor.every}
+		s.slotCursors[key] = c
+	}
+	return c
 }
 
 // claimedRow holds one row of a claim as scanned, NULLs included.

@@ -77,6 +77,14 @@ func (s *suite) concurrentClaimers(t *testing.T) {
 }
 
 func (s *suite) orderedConcurrent(t *testing.T) {
+	s.orderedConcurrentWith(t, func(int) (slot, slots int) { return 0, 0 })
+}
+
+// orderedConcurrentWith runs concurrentClaimers ordered claimers, claimer i
+// with the slot preference view(i) (outbox.ClaimParams.Slot and Slots),
+// and checks that no row is handed out before the row before it in its
+// aggregate was acknowledged.
+func (s *suite) orderedConcurrentWith(t *testing.T, view func(i int) (slot, slots int)) {
 	const aggregates, perAggregate = 8, 25
 	f := s.fresh(t)
 	var msgs []*outbox.Message
@@ -104,10 +112,12 @@ func (s *suite) orderedConcurrent(t *testing.T) {
 		wg         sync.WaitGroup
 		errs       = make(chan error, concurrentClaimers)
 	)
-	for range concurrentClaimers {
+	for i := range concurrentClaimers {
+		slot, slots := view(i)
 		wg.Go(func() {
 			for done.Load() < aggregates*perAggregate && ctx.Err() == nil {
-				c, err := f.Store.Claim(ctx, outbox.ClaimParams{Limit: 5, Lease: time.Hour, Ordered: true, BlockOnDead: true})
+				c, err := f.Store.Claim(ctx, outbox.ClaimParams{Limit: 5, Lease: time.Hour, Ordered: true, BlockOnDead: true,
+					Slot: slot, Slots: slots})
 				if err != nil {
 					errs <- err
 					return

@@ -39,9 +39,17 @@ type runsFx struct {
 // earlier row of its aggregate is pending (or dead, with blockOnDead)
 // outside the claim.
 func (f *runsFx) ordered(limit int, blockOnDead bool) []*outbox.Message {
+	f.t.Helper()
+	return f.safeClaim(outbox.ClaimParams{Limit: limit, Lease: hour, Ordered: true, BlockOnDead: blockOnDead})
+}
+
+// safeClaim claims with p (Ordered) and checks that the claim is safe, as
+// ordered does.
+func (f *runsFx) safeClaim(p outbox.ClaimParams) []*outbox.Message {
 	t := f.t
 	t.Helper()
-	c := f.claim(outbox.ClaimParams{Limit: limit, Lease: hour, Ordered: true, BlockOnDead: blockOnDead})
+	blockOnDead := p.BlockOnDead
+	c := f.claim(p)
 	require.Empty(t, c.Malformed)
 	ids := rowIDs(c.Messages)
 	require.True(t, slices.IsSorted(ids), "claim in id order: %v", ids)

@@ -68,6 +68,9 @@ func (d *Dialect) CheckClaim(p outbox.ClaimParams) error {
 	if p.Lease <= 0 {
 		return fmt.Errorf("%s: claim: lease %v is not positive", d.Store, p.Lease)
 	}
+	if p.Slots > 1 && (p.Slot < 0 || p.Slot >= p.Slots) {
+		return fmt.Errorf("%s: claim: slot %d is not between 0 and %d", d.Store, p.Slot, p.Slots-1)
+	}
 	return nil
 }
 

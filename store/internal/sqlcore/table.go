@@ -36,14 +36,19 @@ func (d *Dialect) ParseTable(raw string) (schema, name string, err error) {
 // ArchiveName is the name of a table's archive: its name with "_archive"
 // appended, shortened with a hash of the name where it would be longer than
 // max (0: no limit).
-func ArchiveName(name string, max int) string {
-	archive := name + "_archive"
-	if max == 0 || len(archive) <= max {
-		return archive
+func ArchiveName(name string, max int) string { return SideName(name, "_archive", max) }
+
+// SideName is the name of a table that goes with table name: name with
+// suffix appended, shortened with a hash of the name where it would be
+// longer than max (0: no limit).
+func SideName(name, suffix string, max int) string {
+	side := name + suffix
+	if max == 0 || len(side) <= max {
+		return side
 	}
 	h := fnv.New32a()
 	h.Write([]byte(name))
-	tag := fmt.Sprintf("_%08x_archive", h.Sum32())
+	tag := fmt.Sprintf("_%08x%s", h.Sum32(), suffix)
 	return name[:max-len(tag)] + tag
 }
 
