@@ -58,6 +58,9 @@ func (d *database) close() {
 	defer cancel()
 	if d.sqlDB != nil {
 		_, _ = d.sqlDB.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.table)
+		// The table of relays that ordered relays heartbeat in (Membership);
+		// the bench's table names are short enough to need no hashing.
+		_, _ = d.sqlDB.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.table+"_relays")
 		if d.kind == "postgres" {
 			_, _ = d.sqlDB.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.table+"_lease") // pgstore.WithBatchLease's
 		}
