@@ -69,7 +69,8 @@ func newServiceTables(prefix string, withOutbox bool) serviceTables {
 func (t serviceTables) all() []string {
 	names := []string{t.orders, t.shipments, t.inbox, t.inbox + "_seq"}
 	if t.outbox != "" {
-		names = append(names, t.outbox)
+		// and the table of relays its ordered relay heartbeats in
+		names = append(names, t.outbox, t.outbox+"_relays")
 	}
 	return names
 }
