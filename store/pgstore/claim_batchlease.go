@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 // Batch leases (WithBatchLease).
@@ -71,7 +72,7 @@ func (s *Store) leaseTable() string {
 func (s *Store) sideTable() string {
 	parts, _ := splitTable(s.cfg.table) // validated by New
 	last := len(parts) - 1
-	parts[last] = shorten(parts[last], leaseSuffix, 63)
+	parts[last] = sqlcore.SideName(parts[last], leaseSuffix, 63)
 	return pgx.Identifier(parts).Sanitize()
 }
 

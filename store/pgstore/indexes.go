@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 // Claims on a table that lacks the pending index.
@@ -57,7 +58,7 @@ func (s *Store) indexNames(ctx context.Context) (map[string]bool, error) {
 // indexName is the name Migrate gives the table's index with suffix.
 func (s *Store) indexName(suffix string) string {
 	parts, _ := splitTable(s.cfg.table) // validated by New
-	return shorten(parts[len(parts)-1], suffix, 63)
+	return sqlcore.SideName(parts[len(parts)-1], suffix, 63)
 }
 
 // indexesFor returns which of Migrate's claim indexes the table has, by

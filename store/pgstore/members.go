@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 var (
@@ -52,7 +53,7 @@ FROM %[1]s AS l WHERE l.seen_until >= now() AND l.relay_id <> $1`
 func (s *Store) RelaysTable() string {
 	parts, _ := splitTable(s.cfg.table) // validated by New
 	last := len(parts) - 1
-	parts[last] = shorten(parts[last], relaysSuffix, 63)
+	parts[last] = sqlcore.SideName(parts[last], relaysSuffix, 63)
 	return pgx.Identifier(parts).Sanitize()
 }
 

@@ -53,7 +53,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	name := parts[len(parts)-1]
 	indexes := map[string]string{}
 	for placeholder, suffix := range indexSuffixes {
-		indexes[placeholder] = shorten(name, suffix, 63)
+		indexes[placeholder] = sqlcore.SideName(name, suffix, 63)
 	}
 	done, err := s.migrated(ctx, indexes)
 	if err == nil && done {

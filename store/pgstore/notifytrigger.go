@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 // notifyTriggerName is the name of the trigger WithNotifyTrigger installs
@@ -35,7 +37,7 @@ func (s *Store) insertChannel() string {
 func (s *Store) notifyFunction() string {
 	parts, _ := splitTable(s.cfg.table) // validated by New
 	last := len(parts) - 1
-	parts[last] = shorten(parts[last], "_notify", 63)
+	parts[last] = sqlcore.SideName(parts[last], "_notify", 63)
 	return pgx.Identifier(parts).Sanitize()
 }
 

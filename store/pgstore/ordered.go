@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
 // An ordered claim hands out only heads: rows with no earlier row of their
@@ -119,41 +120,40 @@ func withSlot(sql string, n int) string {
 // buildSlotOrderedQueries builds the statements of buildOrderedQueries
 // restricted to the heads of a slot's aggregates (orderedState.slotQ).
 func buildSlotOrderedQueries(table string, q *queries, async string) [2]orderedQueries {
-	update := indent(fmt.Sprintf(orderedUpdateSQL, table, q.columnList, nextAttempt("o.retry_count")))
-	const key = `(h.aggregate_type COLLATE "C", h.aggregate_id COLLATE "C")`
-	var out [2]orderedQueries
-	for i, blocking := range []string{"0", "0, 2"} {
-		sql := func(format string, args ...any) string {
-			return fmt.Sprintf(format, append([]any{table, blocking}, args...)...)
-		}
-		out[i] = orderedQueries{
-			walk:     payloadParam(withSlot(sql(orderedWalkSQL, update, async), 4), 6),
-			byStatus: payloadParam(withSlot(sql(orderedByStatusSQL, update, async), 4), 6),
-			headsFrom: payloadParam(withSlot(sql(orderedHeadsSQL, key+" > ($3::text, $4::text)", "", update, async), 5),
-				7),
-			headsUpTo: payloadParam(withSlot(sql(orderedHeadsSQL, key+" <= ($3::text, $4::text)",
-				"\n\t\t  AND "+key+" <= ($3::text, $4::text)", update, async), 5), 7),
-		}
-	}
-	return out
+	return orderedQueriesOf(table, q, async, true)
 }
 
 // buildOrderedQueries builds the statements; async is the filter that turns
 // off synchronous commit for the statement (WithAsyncCommit), or "".
 func buildOrderedQueries(table string, q *queries, async string) [2]orderedQueries {
+	return orderedQueriesOf(table, q, async, false)
+}
+
+// orderedQueriesOf builds the ordered statements, with slot the slot
+// condition (withSlot) in each, which takes the two parameters before the
+// payload limit's.
+func orderedQueriesOf(table string, q *queries, async string, slot bool) [2]orderedQueries {
 	update := indent(fmt.Sprintf(orderedUpdateSQL, table, q.columnList, nextAttempt("o.retry_count")))
 	const key = `(h.aggregate_type COLLATE "C", h.aggregate_id COLLATE "C")`
+	// stmt places the slot condition, when there is one, at parameter next,
+	// and the payload limit after it.
+	stmt := func(sql string, next int) string {
+		if slot {
+			sql, next = withSlot(sql, next), next+2
+		}
+		return payloadParam(sql, next)
+	}
 	var out [2]orderedQueries
 	for i, blocking := range []string{"0", "0, 2"} {
 		sql := func(format string, args ...any) string {
 			return fmt.Sprintf(format, append([]any{table, blocking}, args...)...)
 		}
 		out[i] = orderedQueries{
-			walk:     payloadParam(sql(orderedWalkSQL, update, async), 4), // after $1 limit, $2 lease µs, $3 window
-			byStatus: payloadParam(sql(orderedByStatusSQL, update, async), 4),
+			walk:     stmt(sql(orderedWalkSQL, update, async), 4), // after $1 limit, $2 lease µs, $3 window
+			byStatus: stmt(sql(orderedByStatusSQL, update, async), 4),
 			// After $1 limit, $2 lease µs, $3 and $4 the aggregate: $5.
-			headsFrom: payloadParam(sql(orderedHeadsSQL, key+" > ($3::text, $4::text)", "", update, async), 5),
-			headsUpTo: payloadParam(sql(orderedHeadsSQL, key+" <= ($3::text, $4::text)",
+			headsFrom: stmt(sql(orderedHeadsSQL, key+" > ($3::text, $4::text)", "", update, async), 5),
+			headsUpTo: stmt(sql(orderedHeadsSQL, key+" <= ($3::text, $4::text)",
 				"\n\t\t  AND "+key+" <= ($3::text, $4::text)", update, async), 5),
 		}
 	}
@@ -287,7 +287,7 @@ func (s *Store) orderedFor(ctx context.Context, q *queries) (*orderedState, erro
 	}
 	parts, _ := splitTable(s.cfg.table) // validated by New
 	var ok bool
-	if err := s.pool.QueryRow(ctx, headIndexSQL, s.ident, shorten(parts[len(parts)-1], headIndexSuffix, 63)).
+	if err := s.pool.QueryRow(ctx, headIndexSQL, s.ident, sqlcore.SideName(parts[len(parts)-1], headIndexSuffix, 63)).
 		Scan(&ok); err != nil {
 		return nil, fmt.Errorf("pgstore: claim: look for the head index: %w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"regexp"
 	"strings"
 	"sync"
@@ -295,19 +294,7 @@ func splitTable(name string) ([]string, error) {
 // channelName is the NOTIFY channel of a table: its name, shortened with a
 // hash when it is too long for a channel.
 func channelName(table string) string {
-	return shorten(table, "", 63)
-}
-
-// shorten returns base+suffix, or when that is longer than max, a prefix of
-// base, a hash of base and suffix, so that distinct bases keep distinct names.
-func shorten(base, suffix string, max int) string {
-	if len(base)+len(suffix) <= max {
-		return base + suffix
-	}
-	h := fnv.New32a()
-	h.Write([]byte(base))
-	tag := fmt.Sprintf("_%08x", h.Sum32())
-	return base[:max-len(suffix)-len(tag)] + tag + suffix
+	return sqlcore.SideName(table, "", 63)
 }
 
 // Table returns the table's name as configured (table or schema.table).
