@@ -287,6 +287,11 @@ type Config struct {
 	// DeadPolicy is "block" or "skip": what ordered delivery does with an
 	// aggregate whose head message is dead. Default: DefaultDeadPolicy.
 	DeadPolicy string `yaml:"dead_policy"`
+	// RelayTTL is how long an ordered relay counts as live in the table of
+	// relays after its last heartbeat; the relays use it to share the
+	// aggregates out as slots (outbox.WithRelayTTL). 0 turns it off.
+	// Default: outbox.DefaultRelayTTL.
+	RelayTTL time.Duration `yaml:"relay_ttl"`
 	// MaxPayload is the largest payload the relay sends, in bytes; 0 means no
 	// limit. Default: outbox.DefaultMaxPayloadSize.
 	MaxPayload int `yaml:"max_payload"`
@@ -433,6 +438,7 @@ func Default() *Config {
 		Source:           DefaultSource,
 		CDCFailoverAfter: DefaultCDCFailoverAfter,
 		Ordering:         true,
+		RelayTTL:         outbox.DefaultRelayTTL,
 		Relays:           DefaultRelays,
 		MinBatchSize:     outbox.DefaultMinBatchSize,
 		MaxBatchSize:     outbox.DefaultMaxBatchSize,

@@ -138,6 +138,7 @@ func TestLoadGoodFiles(t *testing.T) {
 			ArchiveDelete:    true,
 			Ordering:         true,
 			DeadPolicy:       "skip",
+			RelayTTL:         15 * time.Second,
 			MaxPayload:       262144,
 			LogLevel:         "debug",
 			LogFormat:        "text",
@@ -411,6 +412,7 @@ func TestValidateCases(t *testing.T) {
 		{"TraceEndpointWithoutOTLP", func(c *Config) { c.TraceEndpoint = "http://x" }, `trace_endpoint: applies to trace_exporter otlp only, not "none"`},
 		{"OTLP", func(c *Config) { c.TraceExporter, c.TraceEndpoint = "otlp", "http://x:4318" }, ""},
 		{"MinPoll", func(c *Config) { c.MinPollInterval = 0 }, "min_poll_interval: 0s is less than 1ms"},
+		{"RelayTTL", func(c *Config) { c.RelayTTL = 100 * time.Millisecond }, "relay_ttl: 100ms is neither 0 nor at least 300ms"},
 		{"InFlight", func(c *Config) { c.MaxInFlight = 65 }, "max_in_flight: 65 is not between min_in_flight (1) and 64"},
 		{"InFlightFixed", func(c *Config) { c.MinInFlight, c.MaxInFlight = 8, 8 }, ""},
 		{"InFlightBelowMin", func(c *Config) { c.MinInFlight, c.MaxInFlight = 3, 2 }, "max_in_flight: 2 is not between min_in_flight (3) and 64"},
@@ -594,7 +596,7 @@ func TestSettings(t *testing.T) {
 	for _, key := range []string{"db", "broker", "table", "batch_size", "poll_interval", "max_attempts",
 		"backoff_base", "backoff_cap", "publish_timeout", "store_timeout", "lease", "notify", "delete_sent", "min_poll_interval", "max_in_flight", "min_in_flight", "min_batch_size", "max_batch_size", "ordering", "dead_policy",
 		"max_payload", "log_level", "log_format", "relays", "db_max_conns", "http", "name", "stats_interval",
-		"trace_exporter", "trace_endpoint", "notify_trigger", "batch_lease", "async_commit", "held_claims"} {
+		"trace_exporter", "trace_endpoint", "notify_trigger", "batch_lease", "async_commit", "held_claims", "relay_ttl"} {
 		require.Contains(t, byKey, key)
 	}
 	require.Equal(t, "0", byKey["batch_size"].Default)

@@ -111,6 +111,8 @@ var fields = []field{
 		func(c *Config) any { return &c.Ordering }},
 	{Setting{Key: "dead_policy", Usage: "with ordering, `POLICY` for the messages behind a dead one: block or skip"},
 		func(c *Config) any { return &c.DeadPolicy }},
+	{Setting{Key: "relay_ttl", Usage: "with ordering, count a relay as live for `DURATION` after its last heartbeat in TABLE_relays, where the relays share the aggregates out as slots; 0 = no slots"},
+		func(c *Config) any { return &c.RelayTTL }},
 	{Setting{Key: "max_payload", Usage: "send payloads of at most `BYTES` bytes; 0 = no limit"},
 		func(c *Config) any { return &c.MaxPayload }},
 	{Setting{Key: "log_level", Usage: "log at `LEVEL`: debug, info, warn or error"},

@@ -503,6 +503,9 @@ func (c *Config) validateSizing(p *problems) {
 	if c.MinPollInterval < time.Millisecond {
 		p.add("min_poll_interval", "%v is less than 1ms", c.MinPollInterval)
 	}
+	if c.RelayTTL != 0 && c.RelayTTL < 300*time.Millisecond {
+		p.add("relay_ttl", "%v is neither 0 nor at least 300ms", c.RelayTTL)
+	}
 	if c.MinInFlight < 1 || c.MinInFlight > 64 {
 		p.add("min_in_flight", "%d is not between 1 and 64", c.MinInFlight)
 	}

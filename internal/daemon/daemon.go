@@ -451,6 +451,7 @@ func (d *Daemon) relayOptions(i int, hooks []any) []outbox.RelayOption {
 		outbox.WithProbeInterval(c.ProbeInterval, c.MaxProbeInterval),
 		outbox.WithDeleteSent(c.DeleteSent),
 		outbox.WithOrdering(c.Ordering, c.RelayDeadPolicy()),
+		outbox.WithRelayTTL(c.RelayTTL),
 		outbox.WithMaxPayloadSize(c.MaxPayload),
 		outbox.WithLogger(d.log),
 		outbox.WithName(fmt.Sprintf("%s-%d", c.Name, i+1)),
