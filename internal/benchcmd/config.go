@@ -143,6 +143,9 @@ type Config struct {
 	// outbox.DeadBlocks) in the outbox relay. Default: off (the --ordering
 	// flag of outbox bench is on by default, as ordering is in the relay).
 	Ordering bool
+	// NoSlots turns off the relay slots of ordered relays
+	// (outbox.WithRelayTTL(0)): each claim then takes any aggregate's rows.
+	NoSlots bool
 	// Aggregates is how many aggregates the messages are spread over,
 	// round-robin, as concurrent business transactions would write them.
 	// With ordering on, an aggregate has at most one message in flight, so

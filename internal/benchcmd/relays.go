@@ -63,6 +63,9 @@ func outboxRelays(cfg Config, newStore func() (outbox.Store, error), pub outbox.
 		opts = append(opts, outbox.WithBatchSizeRange(outbox.DefaultMinBatchSize, cfg.BatchSize),
 			outbox.WithMaxInFlightRange(outbox.DefaultMinInFlight, cfg.MaxInFlight))
 	}
+	if cfg.NoSlots {
+		opts = append(opts, outbox.WithRelayTTL(0))
+	}
 	if cfg.MinPollInterval > 0 {
 		opts = append(opts, outbox.WithMinPollInterval(cfg.MinPollInterval))
 	}

@@ -68,6 +68,9 @@ func writeHeader(b *strings.Builder, rep *Report) {
 	if s.HeldClaims {
 		b.WriteString(", held claims")
 	}
+	if s.NoSlots {
+		b.WriteString(", no relay slots")
+	}
 	if s.Source == SourceCDC {
 		b.WriteString(", source cdc (the write-ahead log)")
 	}

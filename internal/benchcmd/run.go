@@ -77,7 +77,8 @@ type Settings struct {
 	Payload          string  `json:"payload"`                  // json or binary
 	Writers          int     `json:"writers"`                  // the latency test's concurrent write transactions
 	Ordering         bool    `json:"ordering"`
-	Aggregates       int     `json:"aggregates"` // the messages are spread over this many, round-robin
+	NoSlots          bool    `json:"no_slots,omitempty"` // ordered relays without slots
+	Aggregates       int     `json:"aggregates"`         // the messages are spread over this many, round-robin
 }
 
 // DrainResult is one relay's drain test: a preloaded backlog published.
@@ -182,7 +183,7 @@ func newReport(cfg Config, db *database, br *broker) *Report {
 			PollIntervalMs: float64(cfg.PollInterval) / float64(time.Millisecond), DeleteSent: cfg.DeleteSent,
 			AsyncCommit: cfg.AsyncCommit && db.kind == "postgres", Notify: !cfg.NoNotify && db.kind == "postgres",
 			BatchLease: cfg.BatchLease && db.kind == "postgres", HeldClaims: cfg.HeldClaims && db.kind == "postgres",
-			Writers: cfg.Writers, Ordering: cfg.Ordering, Aggregates: cfg.Aggregates, Source: cfg.Source,
+			Writers: cfg.Writers, Ordering: cfg.Ordering, NoSlots: cfg.NoSlots && cfg.Ordering, Aggregates: cfg.Aggregates, Source: cfg.Source,
 			WriterDeletes: cfg.WriterDeletes, Payload: cmp.Or(cfg.Payload, PayloadJSON)},
 	}
 	if rep.Settings.Notify {

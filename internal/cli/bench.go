@@ -58,6 +58,7 @@ func benchFlags() []ucli.Flag {
 		&ucli.IntFlag{Name: "relays", Usage: "relays sharing the table", Value: benchcmd.DefaultRelays},
 		&ucli.IntFlag{Name: "batch", Usage: "the relay's batch size", Value: benchcmd.DefaultBatchSize},
 		&ucli.BoolFlag{Name: "ordering", Value: true, Usage: "per-aggregate ordering in the relay, on by default as in the relay (--ordering=false: off)"},
+		&ucli.BoolWithInverseFlag{Name: "slots", Usage: "with ordering: relays share the aggregates out as slots (--no-slots: off, outbox.WithRelayTTL(0))", Value: true},
 		&ucli.IntFlag{Name: "aggregates", Usage: "aggregates the messages are spread over, round-robin", Value: benchcmd.DefaultAggregates},
 		&ucli.StringFlag{Name: "matrix", Usage: "run a matrix of drains instead of the tests: a preset (" + benchcmd.MatrixShapes +
 			": the library's defaults then batch 1000 with 4 in flight, ordering off and on; " + benchcmd.MatrixOrdering +
@@ -107,7 +108,7 @@ func benchConfig(cmd *ucli.Command) benchcmd.Config {
 		PollInterval: cmd.Duration("poll-interval"), DeleteSent: cmd.Bool("delete-sent"), Source: cmd.String("source"), WriterDeletes: cmd.Bool("writer-deletes"),
 		Payload:     cmd.String("payload"),
 		AsyncCommit: cmd.Bool("async-commit"), NoNotify: !cmd.Bool("notify"), BatchLease: cmd.Bool("batch-lease"),
-		HeldClaims: cmd.Bool("held-claims"), JSON: cmd.Bool("json"), Chart: cmd.String("chart"),
+		HeldClaims: cmd.Bool("held-claims"), NoSlots: !cmd.Bool("slots"), JSON: cmd.Bool("json"), Chart: cmd.String("chart"),
 		CPUProfile:     cmd.String("cpuprofile"),
 		NotifyInterval: cmd.Duration("notify-interval"), Ordering: cmd.Bool("ordering"),
 		Aggregates: cmd.Int("aggregates"), Matrix: cmd.String("matrix"), Count: cmd.Int("count"),
