@@ -23,7 +23,15 @@ const DriverName = "mysql"
 //   - parseTime=true, so DATETIME columns scan into time.Time;
 //   - the session's time_zone to '+00:00', unless dsn sets time_zone, so that
 //     CURRENT_TIMESTAMP defaults and ON UPDATE clauses write UTC as the
-//     Store does (it keeps every DATETIME in UTC, see the package doc).
+//     Store does (it keeps every DATETIME in UTC, see the package doc);
+//   - interpolateParams=true, unless dsn sets interpolateParams: a statement
+//     with arguments is then one round trip instead of a prepare, an
+//     execute and a close, which halves the round trips of a claim and of
+//     a writer's insert (the driver still prepares on the server where it
+//     cannot interpolate, such as with a multi-byte character set like
+//     gbk). At 1,000 one-message transactions a second this took the
+//     relay's p99 commit → broker ack on MariaDB from 24–28 ms to 13–16 ms
+//     (docs/tuning.md).
 //
 // It keeps everything else dsn says (loc, timeouts, TLS, ...).
 func DSN(dsn string) (string, error) {
@@ -37,6 +45,9 @@ func DSN(dsn string) (string, error) {
 	}
 	if _, ok := cfg.Params["time_zone"]; !ok {
 		cfg.Params["time_zone"] = "'+00:00'"
+	}
+	if !strings.Contains(dsn, "interpolateParams=") {
+		cfg.InterpolateParams = true
 	}
 	return cfg.FormatDSN(), nil
 }

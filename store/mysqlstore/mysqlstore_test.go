@@ -92,6 +92,8 @@ func TestDSN(t *testing.T) {
 		{"ParseTimeForced", "root@tcp(127.0.0.1:3306)/test?parseTime=false", []string{"parseTime=true"}, []string{"parseTime=false"}},
 		{"OwnTimeZoneKept", "root@tcp(h:3306)/d?time_zone=%27Europe%2FParis%27", []string{"time_zone=%27Europe%2FParis%27"}, []string{"%2B00%3A00"}},
 		{"OtherParamsKept", "root@tcp(h:3306)/d?timeout=5s&loc=Local", []string{"timeout=5s", "loc=Local", "parseTime=true"}, nil},
+		{"Interpolates", "root@tcp(h:3306)/d", []string{"interpolateParams=true"}, nil},
+		{"OwnInterpolationKept", "root@tcp(h:3306)/d?interpolateParams=false", nil, []string{"interpolateParams=true"}},
 		{"URL", "mysql://app:p%40ss@db.example:3307/shop?timeout=2s", []string{"app:p@ss@tcp(db.example:3307)/shop?", "timeout=2s", "parseTime=true"}, nil},
 		{"URLDefaultPort", "mysql://app@db/shop", []string{"app@tcp(db:3306)/shop?"}, nil},
 	} {
