@@ -4,7 +4,7 @@
 //
 // # Use
 //
-//	db, err := mysqlstore.Open("app:secret@tcp(db:3306)/shop") // parseTime=true, time_zone UTC
+//	db, err := mysqlstore.Open("app:secret@tcp(db:3306)/shop") // parseTime, UTC, interpolateParams (see DSN)
 //	store, err := mysqlstore.New(db)
 //	err = store.Migrate(ctx)
 //	w := outbox.NewWriter(store) // *outbox.Writer[*sql.Tx]
