@@ -97,33 +97,63 @@ type claimStatements struct {
 // SELECTs, then for an ordered claim the steps of runs.go, then the UPDATE
 // that leases what it keeps.
 func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st claimStatements, p outbox.ClaimParams) (*outbox.Claim, error) {
-	locked := map[int64]*lockedRow{}
-	var order []*lockedRow // in the order the SELECTs returned them
-	var last int64         // the id of the last row the last SELECT returned; 0 when it returned none
-	// lock runs a locking SELECT, keeps the rows it had not locked yet, and
-	// returns how many rows the SELECT returned.
-	lock := func(extra *int64, query string, args ...any) (int, error) {
-		rows, err := s.lockRows(ctx, tx, st.sel, p, extra, query, args...)
-		for _, r := range rows {
-			if locked[r.id] == nil {
-				locked[r.id] = r
-				order = append(order, r)
-			}
-		}
-		last = 0
-		if len(rows) > 0 {
-			last = rows[len(rows)-1].id
-		}
-		return len(rows), err
+	cl := &claimLocks{s: s, ctx: ctx, tx: tx, sel: st.sel, p: p, locked: map[int64]*lockedRow{}}
+	othersRan, err := s.lockCandidates(ctx, tx, st, p, cl)
+	if err != nil {
+		return nil, err
 	}
-	// With a preference, the first half of st.lock are the slot's
-	// statements: othersRan says that one of the others ran, which means
-	// the slot's due rows ran out before the limit.
-	next, othersRan := 0, false // next: the first of st.lock still to run
-	if st.pick != "" {
-		picked, err := s.pickSlot(ctx, tx, st, p, lock)
-		if err != nil {
+	keep := cl.order
+	if p.Ordered {
+		if keep, err = s.keepOrdered(ctx, tx, info, st, p, cl, othersRan); err != nil {
 			return nil, err
+		}
+	} else if len(st.lock) > 1 { // the rows due again came first (claimSQLs)
+		slices.SortFunc(keep, func(a, b *lockedRow) int { return cmp.Compare(a.id, b.id) })
+	}
+	return s.lease(ctx, tx, st, p, keep)
+}
+
+// claimLocks are the rows a claim's locking SELECTs locked so far.
+type claimLocks struct {
+	s   *Store
+	ctx context.Context
+	tx  *sql.Tx
+	sel []string
+	p   outbox.ClaimParams
+
+	locked map[int64]*lockedRow
+	order  []*lockedRow // in the order the SELECTs returned them
+	last   int64        // the id of the last row the last SELECT returned; 0 when it returned none
+}
+
+// lock runs a locking SELECT, keeps the rows it had not locked yet, and
+// returns how many rows the SELECT returned.
+func (cl *claimLocks) lock(extra *int64, query string, args ...any) (int, error) {
+	rows, err := cl.s.lockRows(cl.ctx, cl.tx, cl.sel, cl.p, extra, query, args...)
+	for _, r := range rows {
+		if cl.locked[r.id] == nil {
+			cl.locked[r.id] = r
+			cl.order = append(cl.order, r)
+		}
+	}
+	cl.last = 0
+	if len(rows) > 0 {
+		cl.last = rows[len(rows)-1].id
+	}
+	return len(rows), err
+}
+
+// lockCandidates runs the claim's first step, the unordered claim's
+// locking SELECTs (st.lock, or the slot's pick first), up to p.Limit rows.
+// With a preference, the first half of st.lock are the slot's statements:
+// othersRan says that one of the others ran, which means the slot's due
+// rows ran out before the limit.
+func (s *Store) lockCandidates(ctx context.Context, tx *sql.Tx, st claimStatements, p outbox.ClaimParams, cl *claimLocks) (othersRan bool, err error) {
+	next := 0 // the first of st.lock still to run
+	if st.pick != "" {
+		picked, err := s.pickSlot(ctx, tx, st, p, cl.lock)
+		if err != nil {
+			return false, err
 		}
 		next = 1 // the pick replaces the slot's locking SELECT
 		if picked == slotPickRows*p.Limit {
@@ -131,81 +161,81 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 		}
 	}
 	for i := next; i < len(st.lock); i++ {
-		if len(locked) == p.Limit {
+		if len(cl.locked) == p.Limit {
 			break
 		}
 		q := st.lock[i]
-		args := []any{p.Limit - len(locked)}
+		args := []any{p.Limit - len(cl.locked)}
 		if q.slot {
-			args = []any{p.Slots, p.Slot, p.Limit - len(locked)}
+			args = []any{p.Slots, p.Slot, p.Limit - len(cl.locked)}
 		}
-		if _, err := lock(nil, q.query, args...); err != nil {
-			return nil, err
+		if _, err := cl.lock(nil, q.query, args...); err != nil {
+			return false, err
 		}
 		othersRan = othersRan || st.prefer && i >= len(st.lock)/2
 	}
-	var keep []*lockedRow
-	if !p.Ordered {
-		keep = order
-		if len(st.lock) > 1 { // the rows due again came first (claimSQLs)
-			slices.SortFunc(keep, func(a, b *lockedRow) int { return cmp.Compare(a.id, b.id) })
+	return othersRan, nil
+}
+
+// keepOrdered returns the runs of an ordered claim's candidates (runs.go).
+// When the candidates filled the claim and the runs came back short, the
+// candidates were rows blocked behind earlier ones: it takes heads too,
+// and the runs of everything locked then.
+func (s *Store) keepOrdered(ctx context.Context, tx *sql.Tx, info tableInfo, st claimStatements, p outbox.ClaimParams,
+	cl *claimLocks, othersRan bool) ([]*lockedRow, error) {
+	full := len(cl.locked) == p.Limit
+	keep, err := s.keepRuns(ctx, tx, info, p, cl.locked)
+	if err != nil || !full || len(keep) >= p.Limit {
+		return keep, err
+	}
+	after := int64(0)
+	switch {
+	case len(st.lock) == 1: // one SELECT in id order: every due row up to its last is locked
+		after = cl.last
+	case st.prefer && len(st.lock) == 2 && othersRan:
+		// The slot's SELECT came back short, so every due row of the slot
+		// is locked (by this claim or another), and the other rows'
+		// SELECT, in id order, locked the rest up to its last. When the
+		// slot's SELECT filled the claim alone, the other rows before its
+		// last are not locked: from the first due row.
+		after = cl.last
+	}
+	if st.prefer && !othersRan {
+		// The slot's rows filled the candidates but are held back (behind
+		// rows other relays hold): the slot's heads first, so that the
+		// claim does not take other relays' aggregates while its own have
+		// heads. The window of the walk starts after the slot's last
+		// candidate when its SELECT was one in id order.
+		slotAfter := int64(0)
+		if len(st.lock) == 2 {
+			slotAfter = cl.last
 		}
-	} else {
-		full := len(locked) == p.Limit
-		var err error
-		if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
+		if err := s.lockHeads(ctx, tx, st.slotOrd, st.slotHeads, p, p.Limit-len(keep), slotAfter, cl.lock); err != nil {
 			return nil, err
 		}
-		if full && len(keep) < p.Limit {
-			// The candidates were rows blocked behind earlier ones: take heads too (runs.go).
-			after := int64(0)
-			switch {
-			case len(st.lock) == 1: // one SELECT in id order: every due row up to its last is locked
-				after = last
-			case st.prefer && len(st.lock) == 2 && othersRan:
-				// The slot's SELECT came back short, so every due row of
-				// the slot is locked (by this claim or another), and the
-				// other rows' SELECT, in id order, locked the rest up to
-				// its last. When the slot's SELECT filled the claim alone,
-				// the other rows before its last are not locked: from the
-				// first due row.
-				after = last
-			}
-			if st.prefer && !othersRan {
-				// The slot's rows filled the candidates but are held back
-				// (behind rows other relays hold): the slot's heads first,
-				// so that the claim does not take other relays' aggregates
-				// while its own have heads. The window of the walk starts
-				// after the slot's last candidate when its SELECT was one
-				// in id order.
-				slotAfter := int64(0)
-				if len(st.lock) == 2 {
-					slotAfter = last
-				}
-				if err := s.lockHeads(ctx, tx, st.slotOrd, st.slotHeads, p, p.Limit-len(keep), slotAfter, lock); err != nil {
-					return nil, err
-				}
-				if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
-					return nil, err
-				}
-			}
-			if len(keep) == 0 || !st.prefer || othersRan {
-				// Heads of any aggregate: without a preference; when the
-				// slot's due rows ran out; or when the slot gave nothing,
-				// so that a slot no live relay has (a view that is out of
-				// date, until the next heartbeats) is not left behind.
-				// Not after a slot that gave some: heads of other slots
-				// taken in every claim would keep their relays' candidates
-				// blocked behind this relay's batches.
-				if err := s.lockHeads(ctx, tx, st.ord, st.heads, p, p.Limit-len(keep), after, lock); err != nil {
-					return nil, err
-				}
-				if keep, err = s.keepRuns(ctx, tx, info, p, locked); err != nil {
-					return nil, err
-				}
-			}
+		if keep, err = s.keepRuns(ctx, tx, info, p, cl.locked); err != nil {
+			return nil, err
 		}
 	}
+	if len(keep) > 0 && st.prefer && !othersRan {
+		// Not after a slot that gave some: heads of other slots taken in
+		// every claim would keep their relays' candidates blocked behind
+		// this relay's batches.
+		return keep, nil
+	}
+	// Heads of any aggregate: without a preference; when the slot's due
+	// rows ran out; or when the slot gave nothing, so that a slot no live
+	// relay has (a view that is out of date, until the next heartbeats) is
+	// not left behind.
+	if err := s.lockHeads(ctx, tx, st.ord, st.heads, p, p.Limit-len(keep), after, cl.lock); err != nil {
+		return nil, err
+	}
+	return s.keepRuns(ctx, tx, info, p, cl.locked)
+}
+
+// lease leases the rows a claim keeps and returns them as the claim, the
+// rows that cannot be decoded in Claim.Malformed.
+func (s *Store) lease(ctx context.Context, tx *sql.Tx, st claimStatements, p outbox.ClaimParams, keep []*lockedRow) (*outbox.Claim, error) {
 	c := &outbox.Claim{}
 	ids := make([]any, len(keep))
 	for i, r := range keep {
