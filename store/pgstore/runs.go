@@ -184,28 +184,9 @@ func (s *Store) claimRuns(ctx context.Context, q *queries, p outbox.ClaimParams)
 	if err != nil {
 		return nil, err
 	}
-	policy := 0
-	if p.BlockOnDead {
-		policy = 1
-	}
-	rq := st.runs[policy]
+	sql, args := runsStatement(st, ix, p)
 	lease, mp := p.Lease.Microseconds(), payloadLimit(p.MaxPayload)
 	full := false
-	// Sorted, for the binary search of the statement.
-	chain := slices.Clone(p.Chain)
-	if chain == nil {
-		chain = []int64{}
-	}
-	slices.Sort(chain)
-	sql, args := rq.byStatus, []any{chain}
-	switch {
-	case p.Slots > 1 && ix.pending:
-		sql, args = rq.slotFromCursor, []any{chain, p.Slots, p.Slot}
-	case p.Slots > 1:
-		sql, args = rq.slotByStatus, []any{chain, p.Slots, p.Slot}
-	case ix.pending:
-		sql = rq.fromCursor
-	}
 	slotFull := false // with a slot: its rows filled the candidates (it has more)
 	take := func(limit int, lo, hi int64) (*outbox.Claim, error) {
 		claim := &outbox.Claim{}
@@ -229,8 +210,7 @@ func (s *Store) claimRuns(ctx context.Context, q *queries, p outbox.ClaimParams)
 	if err != nil {
 		return nil, err
 	}
-	n := claimSize(claim)
-	if n >= p.Limit || !full {
+	if claimSize(claim) >= p.Limit || !full {
 		sortClaim(claim)
 		return claim, nil
 	}
@@ -241,29 +221,63 @@ func (s *Store) claimRuns(ctx context.Context, q *queries, p outbox.ClaimParams)
 		// of date, until the next heartbeats) is not left behind: heads of
 		// other slots taken in every claim would keep their relays'
 		// candidates blocked behind this relay's batches.
-		hp := p
-		hp.Limit = p.Limit - n
-		if heads, err := s.claimHeadsOf(ctx, q, hp, true); err == nil {
-			claim.Messages = append(claim.Messages, heads.Messages...)
-			claim.Malformed = append(claim.Malformed, heads.Malformed...)
-		} else if n == 0 {
+		err := addHeads(claim, p, func(hp outbox.ClaimParams) (*outbox.Claim, error) { return s.claimHeadsOf(ctx, q, hp, true) })
+		if err != nil {
 			return nil, err
 		}
-		if n = claimSize(claim); n > 0 {
+		if claimSize(claim) > 0 {
 			sortClaim(claim)
 			return claim, nil
 		}
 	}
 	// Short, with more due rows beyond the candidates: heads from anywhere.
-	// The runs stand if this fails; they go out without its rows.
-	hp := p
-	hp.Limit = p.Limit - n
-	if heads, err := s.claimHeads(ctx, q, hp); err == nil {
-		claim.Messages = append(claim.Messages, heads.Messages...)
-		claim.Malformed = append(claim.Malformed, heads.Malformed...)
-	} else if n == 0 {
+	if err := addHeads(claim, p, func(hp outbox.ClaimParams) (*outbox.Claim, error) { return s.claimHeads(ctx, q, hp) }); err != nil {
 		return nil, err
 	}
 	sortClaim(claim)
 	return claim, nil
+}
+
+// runsStatement returns the runs claim statement for p on a table with
+// the indexes ix, and its arguments after the limit, the lease and the
+// cursor's range: the chain, sorted for the statement's binary search, and
+// with a slot the slot's parameters.
+func runsStatement(st *orderedState, ix tableIndexes, p outbox.ClaimParams) (string, []any) {
+	policy := 0
+	if p.BlockOnDead {
+		policy = 1
+	}
+	rq := st.runs[policy]
+	chain := slices.Clone(p.Chain)
+	if chain == nil {
+		chain = []int64{}
+	}
+	slices.Sort(chain)
+	switch {
+	case p.Slots > 1 && ix.pending:
+		return rq.slotFromCursor, []any{chain, p.Slots, p.Slot}
+	case p.Slots > 1:
+		return rq.slotByStatus, []any{chain, p.Slots, p.Slot}
+	case ix.pending:
+		return rq.fromCursor, []any{chain}
+	}
+	return rq.byStatus, []any{chain}
+}
+
+// addHeads adds to claim, up to p.Limit, the heads that heads takes. The
+// runs stand if it fails: it returns the error only when claim is empty.
+func addHeads(claim *outbox.Claim, p outbox.ClaimParams, heads func(outbox.ClaimParams) (*outbox.Claim, error)) error {
+	n := claimSize(claim)
+	hp := p
+	hp.Limit = p.Limit - n
+	h, err := heads(hp)
+	if err != nil {
+		if n == 0 {
+			return err
+		}
+		return nil
+	}
+	claim.Messages = append(claim.Messages, h.Messages...)
+	claim.Malformed = append(claim.Malformed, h.Malformed...)
+	return nil
 }
