@@ -68,10 +68,15 @@ func TestRunEmbedded(t *testing.T) {
 	require.LessOrEqual(t, l.P99Ms, l.MaxMs)
 	require.NotEmpty(t, l.Series)
 	require.Positive(t, rep.LatencyRatio)
+	// The textbook relay is measured from its first message: at 100
+	// messages a second, a warm-up's backlog would outlast its time.
+	require.Positive(t, l.WarmupSeconds)
+	require.Zero(t, rep.Latency[1].WarmupSeconds)
+	require.Positive(t, rep.Latency[1].Delivered)
 
 	text := out.String()
 	for _, want := range []string{"SQLite in a temporary folder", "embedded NATS JetStream", "Drain:", "Latency:",
-		"textbook", "as fast as the textbook relay", "lower than the textbook relay's"} {
+		"textbook", "as fast as the textbook relay", "lower than the textbook relay's", "(warm-up 0s)"} {
 		require.Contains(t, text, want)
 	}
 	require.Contains(t, prog.String(), "drain outbox")

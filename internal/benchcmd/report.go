@@ -121,6 +121,9 @@ func writeLatencies(b *strings.Builder, rep *Report) {
 		if l.OfferedRate < 0.95*float64(l.Rate) {
 			note = fmt.Sprintf("  (writers reached %s/s)", thousands(l.OfferedRate))
 		}
+		if l.WarmupSeconds != l0.WarmupSeconds {
+			note += fmt.Sprintf("  (warm-up %s)", fmtSeconds(l.WarmupSeconds))
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\n", l.Relay, thousands(float64(l.Offered)),
 			thousands(float64(l.Delivered)), fmtMs(l.P50Ms), fmtMs(l.P90Ms), fmtMs(l.P99Ms), fmtMs(l.P999Ms),
 			fmtMs(l.MaxMs), l.CPUSeconds, fmtMB(l.PeakRSSMB), note)
