@@ -61,6 +61,8 @@ type Store struct {
 
 	mu   sync.Mutex
 	cols *columns // detected once; nil until then, reset by Migrate
+
+	stmts prepared // statements prepared once (stmts.go)
 }
 
 // Option configures a [Store].
@@ -109,7 +111,8 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		D: dialect, DB: db, Table: t.quoted(), Chunk: cfg.chunkRows,
 		Columns: s.coreColumns, Write: s.write,
 		RescheduleSQL: s.rescheduleSQL, KillSQL: s.killSQL,
-		Map: colmap.NewRewriter(cfg.columns, colmap.SQLite),
+		Map:     colmap.NewRewriter(cfg.columns, colmap.SQLite),
+		Prepare: func(ctx context.Context, q string) *sql.Stmt { return s.stmts.stmt(ctx, db, q) },
 	}
 	s.Shared = s.core.Shared()
 	return s, nil

@@ -36,6 +36,10 @@ type Core struct {
 	Write func(ctx context.Context, f func() error) error
 	// TxOptions are those of the transactions Batch opens.
 	TxOptions *sql.TxOptions
+	// Prepare returns q prepared on DB, for a store that keeps its
+	// statements prepared (SQLite parses every statement it runs
+	// otherwise), or nil to run q as it is. nil: nothing is prepared.
+	Prepare func(ctx context.Context, q string) *sql.Stmt
 	// Map rewrites every statement for a table whose columns have other
 	// names; nil runs them as they are.
 	Map *colmap.Rewriter
@@ -252,12 +256,12 @@ func (c *Core) Batch(ctx context.Context, n int, stmt func(e Execer, lo, hi int)
 
 func (c *Core) batchOnce(ctx context.Context, n int, stmt func(e Execer, lo, hi int) (int64, error)) (int64, error) {
 	if n <= c.Chunk {
-		return stmt(c.DB, 0, n)
+		return stmt(c.execer(nil), 0, n)
 	}
 	var total int64
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
 		for lo := 0; lo < n; lo += c.Chunk {
-			k, err := stmt(tx, lo, min(lo+c.Chunk, n))
+			k, err := stmt(c.execer(tx), lo, min(lo+c.Chunk, n))
 			if err != nil {
 				return err
 			}
@@ -266,6 +270,31 @@ func (c *Core) batchOnce(ctx context.Context, n int, stmt func(e Execer, lo, hi 
 		return nil
 	})
 	return total, err
+}
+
+// execer runs statements in tx, or on c.DB when tx is nil, prepared when
+// c.Prepare gives them.
+func (c *Core) execer(tx *sql.Tx) Execer { return preparedExecer{c: c, tx: tx} }
+
+type preparedExecer struct {
+	c  *Core
+	tx *sql.Tx
+}
+
+func (e preparedExecer) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	var st *sql.Stmt
+	if e.c.Prepare != nil {
+		st = e.c.Prepare(ctx, q)
+	}
+	switch {
+	case st != nil && e.tx != nil:
+		return e.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	case st != nil:
+		return st.ExecContext(ctx, args...)
+	case e.tx != nil:
+		return e.tx.ExecContext(ctx, q, args...)
+	}
+	return e.c.DB.ExecContext(ctx, q, args...)
 }
 
 // InTx runs f in a transaction (c.TxOptions), which it commits when f
@@ -315,7 +344,7 @@ func (c *Core) InsertTx(ctx context.Context, tx *sql.Tx, msgs []*outbox.Message,
 			}
 			args = append(args, vals...)
 		}
-		if _, err := tx.ExecContext(ctx, c.Map.SQL(stmt(names, len(chunk))), args...); err != nil {
+		if _, err := c.execer(tx).ExecContext(ctx, c.Map.SQL(stmt(names, len(chunk))), args...); err != nil {
 			if c.D.Duplicate(err) {
 				err = fmt.Errorf("%w: %w", outbox.ErrDuplicate, err)
 			}
