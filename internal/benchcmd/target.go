@@ -206,6 +206,12 @@ func (d *database) openSQLite(raw string, embedded bool) error {
 		d.desc = "SQLite in a temporary folder"
 	}
 	d.useSQL(db, st, outbox.NewWriter[*sql.Tx](st))
+	// The writers queue with the relay's writes, as a service on SQLite
+	// should (sqlitestore.Store.Tx).
+	w := outbox.NewWriter[*sql.Tx](st)
+	d.write = func(ctx context.Context, msgs []*outbox.Message) error {
+		return st.Tx(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
+	}
 	d.bind, d.payloadText = "?", "payload"
 	return nil
 }

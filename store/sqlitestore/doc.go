@@ -8,10 +8,12 @@
 //	store, err := sqlitestore.New(db)
 //	err = store.Migrate(ctx)
 //	w := outbox.NewWriter(store) // *outbox.Writer[*sql.Tx]
+//	err = store.Tx(ctx, func(tx *sql.Tx) error { /* business rows */ return w.Write(ctx, tx, msg) })
 //	relay, err := outbox.NewRelay(store, publisher)
 //
 // A service writes its business rows and its messages in one *sql.Tx through
-// the Writer; a relay claims the committed messages through the Store.
+// the Writer, best inside [Store.Tx]; a relay claims the committed messages
+// through the Store.
 //
 // # Concurrency
 //
@@ -19,8 +21,12 @@
 // in a write transaction (the statement writes first, so the transaction
 // holds the write lock from its first step, as BEGIN IMMEDIATE does), so
 // relays in one process or in several processes take turns and never share
-// a row. In one process the Store's writes queue in Go, fairly; between
-// processes they wait under busy_timeout. Because the write lock is held from
+// a row. In one process the Store's writes queue in Go, fairly, and so do
+// the service's transactions run through [Store.Tx]; a transaction begun
+// directly on the *sql.DB meets them at SQLite's lock instead, where a
+// waiting connection sleeps in steps of up to 100 ms, the latency's tail
+// (docs/benchmarks.md measures both). Between processes writes wait under
+// busy_timeout. Because the write lock is held from
 // a transaction's first write to its commit, ids are handed out in commit
 // order. A claim walks an index of the pending rows in id order and stops at
 // its limit, so its cost follows the rows it skips (leased or waiting to

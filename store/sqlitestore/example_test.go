@@ -2,6 +2,7 @@ package sqlitestore_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -38,25 +39,22 @@ func Example() {
 		panic(err)
 	}
 
-	// The business change and its message commit together.
+	// The business change and its message commit together. Store.Tx queues
+	// the transaction with the relay's own writes (SQLite lets one writer
+	// in at a time).
 	w := outbox.NewWriter(store)
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		panic(err)
-	}
-	if _, err := tx.ExecContext(ctx, "INSERT INTO orders (id, status) VALUES ('o-42', 'paid')"); err != nil {
-		panic(err)
-	}
-	err = w.Write(ctx, tx, &outbox.Message{
-		AggregateType: "order",
-		AggregateID:   "o-42",
-		EventType:     "ORDER_PAID",
-		Payload:       []byte(`{"order":"o-42","amount":12.5}`),
+	err = store.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO orders (id, status) VALUES ('o-42', 'paid')"); err != nil {
+			return err
+		}
+		return w.Write(ctx, tx, &outbox.Message{
+			AggregateType: "order",
+			AggregateID:   "o-42",
+			EventType:     "ORDER_PAID",
+			Payload:       []byte(`{"order":"o-42","amount":12.5}`),
+		})
 	})
 	if err != nil {
-		panic(err)
-	}
-	if err := tx.Commit(); err != nil {
 		panic(err)
 	}
 

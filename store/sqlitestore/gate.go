@@ -76,3 +76,34 @@ func isBusy(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
+
+// Tx runs f in a read-write transaction on the Store's database, and
+// commits it when f returns nil (f's error rolls it back and is returned).
+// The transaction queues at the gate where the Store's own writes queue
+// (claims, acknowledgements, retries), so in one process a service's
+// writes and its relay take turns in Go, in order of arrival, instead of
+// meeting at SQLite's lock, where a connection that finds it taken sleeps
+// in growing steps of up to 100 ms. Write the service's business rows and
+// its messages (the Writer, with tx) in f.
+//
+// When another process holds the database for a whole busy_timeout, the
+// transaction is rolled back and f runs again in a new one, up to three
+// more times: f must not act outside tx. It must not call the Store's
+// other writing methods either, which would wait for the gate f holds.
+func (s *Store) Tx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	return s.write(ctx, func() error {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := f(tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return nil
+	})
+}
