@@ -425,15 +425,23 @@ func (s *suite) oversized(t *testing.T) {
 	}
 
 	// Listing them (outbox dead list, retry, discard) reads their sizes only.
-	admin, ok := f.Store.(outbox.Admin)
-	if !ok {
-		return
+	if admin, ok := f.Store.(outbox.Admin); ok {
+		listOversized(t, admin, huge, size, limit)
 	}
+}
+
+// listOversized checks that ListDead returns the dead rows huge, whose
+// payloads are size bytes, with their sizes and without reading the
+// payloads over limit.
+func listOversized(t *testing.T, admin outbox.Admin, huge []int64, size, limit int) {
+	rows := len(huge)
+	var before, after runtime.MemStats
 	// ListDead only reads, so it is measured up to three times and the
 	// least taken: the process's other tests allocate meanwhile, but a
 	// ListDead that read the payloads would be over the bound every time.
 	var dead []outbox.DeadMessage
-	allocated = math.MaxUint64
+	var err error
+	allocated := uint64(math.MaxUint64)
 	for range 3 {
 		runtime.ReadMemStats(&before)
 		dead, err = admin.ListDead(t.Context(), outbox.DeadFilter{MaxPayload: limit})
