@@ -308,7 +308,8 @@ type Aggregate = envelope.Aggregate
 //	mqtts://[user:password@]host[:8883][?client_id=ID]  (TLS, system roots)
 //
 // with automatic reconnection (every 100 ms to 5 s), a clean session, a
-// 10 s connect and write timeout, and a random client id
+// 10 s connect and write timeout, a store of packets in flight that hands
+// out copies (paho resends them after a reconnect), and a random client id
 // "outbox-<hex>" unless client_id is given. Errors never contain the password.
 func ClientOptions(rawURL string) (*mqtt.ClientOptions, error) {
 	u, err := url.Parse(rawURL)
@@ -344,6 +345,7 @@ func ClientOptions(rawURL string) (*mqtt.ClientOptions, error) {
 		AddBroker(scheme + "://" + u.Hostname() + ":" + port).
 		SetClientID(id).
 		SetCleanSession(true).
+		SetStore(newPacketStore()).
 		SetAutoReconnect(true).
 		SetConnectRetryInterval(100 * time.Millisecond).
 		SetMaxReconnectInterval(5 * time.Second).
