@@ -274,7 +274,17 @@ func (p *Publisher) Ping(ctx context.Context) error {
 	if !p.client.IsConnectionOpen() {
 		return outbox.Unavailable(errors.New("mqttpub: ping: not connected"))
 	}
-	tok := p.client.Unsubscribe(pingTopic)
+	// paho's Unsubscribe itself waits, up to the write timeout (10 s), for
+	// a connection that is being lost to take the packet: it runs aside,
+	// as Publish's calls do, so that ctx bounds the Ping.
+	queued := make(chan mqtt.Token, 1)
+	go func() { queued <- p.client.Unsubscribe(pingTopic) }()
+	var tok mqtt.Token
+	select {
+	case tok = <-queued:
+	case <-ctx.Done():
+		return fmt.Errorf("mqttpub: ping: no answer: %w", ctx.Err())
+	}
 	select {
 	case <-tok.Done():
 		if err := tok.Error(); err != nil {
