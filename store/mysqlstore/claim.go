@@ -98,13 +98,13 @@ type claimStatements struct {
 // that leases what it keeps.
 func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st claimStatements, p outbox.ClaimParams) (*outbox.Claim, error) {
 	cl := &claimLocks{s: s, ctx: ctx, tx: tx, sel: st.sel, p: p, locked: map[int64]*lockedRow{}}
-	othersRan, err := s.lockCandidates(ctx, tx, st, p, cl)
+	othersRan, err := cl.candidates(st)
 	if err != nil {
 		return nil, err
 	}
 	keep := cl.order
 	if p.Ordered {
-		if keep, err = s.keepOrdered(ctx, tx, info, st, p, cl, othersRan); err != nil {
+		if keep, err = cl.keepOrdered(info, st, othersRan); err != nil {
 			return nil, err
 		}
 	} else if len(st.lock) > 1 { // the rows due again came first (claimSQLs)
@@ -113,7 +113,8 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, info tableInfo, st cl
 	return s.lease(ctx, tx, st, p, keep)
 }
 
-// claimLocks are the rows a claim's locking SELECTs locked so far.
+// claimLocks is a claim in progress: its transaction and parameters, and
+// the rows its locking SELECTs locked so far.
 type claimLocks struct {
 	s   *Store
 	ctx context.Context
@@ -143,15 +144,16 @@ func (cl *claimLocks) lock(extra *int64, query string, args ...any) (int, error)
 	return len(rows), err
 }
 
-// lockCandidates runs the claim's first step, the unordered claim's
+// candidates runs the claim's first step, the unordered claim's
 // locking SELECTs (st.lock, or the slot's pick first), up to p.Limit rows.
 // With a preference, the first half of st.lock are the slot's statements:
 // othersRan says that one of the others ran, which means the slot's due
 // rows ran out before the limit.
-func (s *Store) lockCandidates(ctx context.Context, tx *sql.Tx, st claimStatements, p outbox.ClaimParams, cl *claimLocks) (othersRan bool, err error) {
+func (cl *claimLocks) candidates(st claimStatements) (othersRan bool, err error) {
+	p := cl.p
 	next := 0 // the first of st.lock still to run
 	if st.pick != "" {
-		picked, err := s.pickSlot(ctx, tx, st, p, cl.lock)
+		picked, err := cl.s.pickSlot(cl.ctx, cl.tx, st, p, cl.lock)
 		if err != nil {
 			return false, err
 		}
@@ -181,8 +183,8 @@ func (s *Store) lockCandidates(ctx context.Context, tx *sql.Tx, st claimStatemen
 // When the candidates filled the claim and the runs came back short, the
 // candidates were rows blocked behind earlier ones: it takes heads too,
 // and the runs of everything locked then.
-func (s *Store) keepOrdered(ctx context.Context, tx *sql.Tx, info tableInfo, st claimStatements, p outbox.ClaimParams,
-	cl *claimLocks, othersRan bool) ([]*lockedRow, error) {
+func (cl *claimLocks) keepOrdered(info tableInfo, st claimStatements, othersRan bool) ([]*lockedRow, error) {
+	s, ctx, tx, p := cl.s, cl.ctx, cl.tx, cl.p
 	full := len(cl.locked) == p.Limit
 	keep, err := s.keepRuns(ctx, tx, info, p, cl.locked)
 	if err != nil || !full || len(keep) >= p.Limit {
