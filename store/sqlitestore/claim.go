@@ -77,7 +77,7 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, st claimStatements, p
 	maxPayload := rowcheck.PayloadLimit(p.MaxPayload)
 	// read runs one claim statement and adds the rows it returns to c.
 	read := func(query string, args ...any) (int, error) {
-		rows, err := s.query(ctx, tx, s.sql(query), args...)
+		rows, err := s.core.In(tx).QueryContext(ctx, s.sql(query), args...)
 		if err != nil {
 			return 0, err
 		}

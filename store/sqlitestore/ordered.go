@@ -101,7 +101,7 @@ func (s *Store) claimOrdered(ctx context.Context, tx *sql.Tx, ord *orderedSQL, p
 	// The n rows just leased were due and inside the window: more than the
 	// window's rows were due when a row is due at offset window - n now.
 	var id int64
-	switch err := s.queryRow(ctx, tx, s.sql(ord.beyond), nil, at, orderedWindow(p.Limit)-n).Scan(&id); {
+	switch err := s.core.In(tx).QueryRowContext(ctx, s.sql(ord.beyond), nil, at, orderedWindow(p.Limit)-n).Scan(&id); {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil // the whole backlog fitted in the window: the walk saw every row
 	case err != nil:

@@ -109,7 +109,7 @@ func (s *Store) claimRuns(ctx context.Context, tx *sql.Tx, st claimStatements, p
 	// The n rows just leased are no longer due: the candidates filled the
 	// limit when limit - n rows are still due.
 	var one int
-	switch err := s.queryRow(ctx, tx, s.sql(st.more), nil, at, p.Limit-n-1).Scan(&one); {
+	switch err := s.core.In(tx).QueryRowContext(ctx, s.sql(st.more), nil, at, p.Limit-n-1).Scan(&one); {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil // every due row was a candidate
 	case err != nil:

@@ -56,19 +56,3 @@ func (p *prepared) stmt(ctx context.Context, db *sql.DB, q string) *sql.Stmt {
 	p.m[q] = st
 	return st
 }
-
-// query runs q in tx, prepared once for the Store.
-func (s *Store) query(ctx context.Context, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
-	if st := s.stmts.stmt(ctx, s.db, q); st != nil {
-		return tx.StmtContext(ctx, st).QueryContext(ctx, args...)
-	}
-	return tx.QueryContext(ctx, q, args...)
-}
-
-// queryRow runs q in tx, prepared once for the Store, for one row.
-func (s *Store) queryRow(ctx context.Context, tx *sql.Tx, q string, args ...any) *sql.Row {
-	if st := s.stmts.stmt(ctx, s.db, q); st != nil {
-		return tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
-	}
-	return tx.QueryRowContext(ctx, q, args...)
-}

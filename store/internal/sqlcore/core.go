@@ -256,12 +256,12 @@ func (c *Core) Batch(ctx context.Context, n int, stmt func(e Execer, lo, hi int)
 
 func (c *Core) batchOnce(ctx context.Context, n int, stmt func(e Execer, lo, hi int) (int64, error)) (int64, error) {
 	if n <= c.Chunk {
-		return stmt(c.execer(nil), 0, n)
+		return stmt(c.In(nil), 0, n)
 	}
 	var total int64
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
 		for lo := 0; lo < n; lo += c.Chunk {
-			k, err := stmt(c.execer(tx), lo, min(lo+c.Chunk, n))
+			k, err := stmt(c.In(tx), lo, min(lo+c.Chunk, n))
 			if err != nil {
 				return err
 			}
@@ -272,29 +272,61 @@ func (c *Core) batchOnce(ctx context.Context, n int, stmt func(e Execer, lo, hi 
 	return total, err
 }
 
-// execer runs statements in tx, or on c.DB when tx is nil, prepared when
-// c.Prepare gives them.
-func (c *Core) execer(tx *sql.Tx) Execer { return preparedExecer{c: c, tx: tx} }
+// In runs statements in tx, or on c.DB when tx is nil, each prepared once
+// when c.Prepare gives it.
+func (c *Core) In(tx *sql.Tx) Prepared { return Prepared{c: c, tx: tx} }
 
-type preparedExecer struct {
+// Prepared runs statements in a transaction or on the Core's DB (see In).
+type Prepared struct {
 	c  *Core
 	tx *sql.Tx
 }
 
-func (e preparedExecer) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	var st *sql.Stmt
-	if e.c.Prepare != nil {
-		st = e.c.Prepare(ctx, q)
+// stmt returns q prepared for p (bound to p's transaction), or nil.
+func (p Prepared) stmt(ctx context.Context, q string) *sql.Stmt {
+	if p.c.Prepare == nil {
+		return nil
 	}
-	switch {
-	case st != nil && e.tx != nil:
-		return e.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
-	case st != nil:
+	st := p.c.Prepare(ctx, q)
+	if st != nil && p.tx != nil {
+		st = p.tx.StmtContext(ctx, st)
+	}
+	return st
+}
+
+// on is what runs the statements that are not prepared.
+func (p Prepared) on() interface {
+	QueryExecer
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+} {
+	if p.tx != nil {
+		return p.tx
+	}
+	return p.c.DB
+}
+
+// ExecContext runs q and returns its result.
+func (p Prepared) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if st := p.stmt(ctx, q); st != nil {
 		return st.ExecContext(ctx, args...)
-	case e.tx != nil:
-		return e.tx.ExecContext(ctx, q, args...)
 	}
-	return e.c.DB.ExecContext(ctx, q, args...)
+	return p.on().ExecContext(ctx, q, args...)
+}
+
+// QueryContext runs q and returns its rows.
+func (p Prepared) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if st := p.stmt(ctx, q); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return p.on().QueryContext(ctx, q, args...)
+}
+
+// QueryRowContext runs q for one row.
+func (p Prepared) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	if st := p.stmt(ctx, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return p.on().QueryRowContext(ctx, q, args...)
 }
 
 // InTx runs f in a transaction (c.TxOptions), which it commits when f
@@ -344,7 +376,7 @@ func (c *Core) InsertTx(ctx context.Context, tx *sql.Tx, msgs []*outbox.Message,
 			}
 			args = append(args, vals...)
 		}
-		if _, err := c.execer(tx).ExecContext(ctx, c.Map.SQL(stmt(names, len(chunk))), args...); err != nil {
+		if _, err := c.In(tx).ExecContext(ctx, c.Map.SQL(stmt(names, len(chunk))), args...); err != nil {
 			if c.D.Duplicate(err) {
 				err = fmt.Errorf("%w: %w", outbox.ErrDuplicate, err)
 			}
