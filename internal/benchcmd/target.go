@@ -185,7 +185,17 @@ func (d *database) openMySQL(raw string, conns int) error {
 	// keeps what it learnt of the table's aggregates for ordered claims.
 	d.relayStore = func() (outbox.Store, error) { return mysqlstore.New(db, mysqlstore.WithTable(d.table)) }
 	d.desc = "MySQL at " + redact.URLs(raw)
-	d.useSQL(db, st, outbox.NewWriter[*sql.Tx](st))
+	d.useSQL(db, st, outbox.NewWriter[*sql.Tx](st), func(ctx context.Context, f func(*sql.Tx) error) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := f(tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	})
 	d.bind, d.payloadText, d.analyze = "?", "CAST(payload AS CHAR)", "ANALYZE TABLE "+d.table
 	return nil
 }
@@ -205,30 +215,20 @@ func (d *database) openSQLite(raw string, embedded bool) error {
 	if embedded {
 		d.desc = "SQLite in a temporary folder"
 	}
-	d.useSQL(db, st, outbox.NewWriter[*sql.Tx](st))
 	// The writers queue with the relay's writes, as a service on SQLite
-	// should (sqlitestore.Store.Tx).
-	w := outbox.NewWriter[*sql.Tx](st)
-	d.write = func(ctx context.Context, msgs []*outbox.Message) error {
-		return st.Tx(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
-	}
+	// should.
+	d.useSQL(db, st, outbox.NewWriter[*sql.Tx](st), st.Tx)
 	d.bind, d.payloadText = "?", "payload"
 	return nil
 }
 
-// useSQL sets the store and writer of a database/sql database.
-func (d *database) useSQL(db *sql.DB, st outbox.Store, w *outbox.Writer[*sql.Tx]) {
+// useSQL sets the store and writer of a database/sql database: each write
+// is w's, in a transaction of inTx.
+func (d *database) useSQL(db *sql.DB, st outbox.Store, w *outbox.Writer[*sql.Tx],
+	inTx func(ctx context.Context, f func(*sql.Tx) error) error) {
 	d.store, d.sqlDB = st, db
 	d.write = func(ctx context.Context, msgs []*outbox.Message) error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := w.Write(ctx, tx, msgs...); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		return tx.Commit()
+		return inTx(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
 	}
 }
 
