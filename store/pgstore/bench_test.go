@@ -74,10 +74,66 @@ func BenchmarkClaimAck(b *testing.B) {
 	}
 }
 
+// BenchmarkOrderedClaimChained measures the ordered claim of one relay with
+// batches in flight over few aggregates: 100 aggregates, claims of 100 rows,
+// four batches in flight named in ClaimParams.Chain, so that each claim
+// takes the next message of every aggregate, behind the four of it in
+// flight. Before each claim the oldest batch is acknowledged, untimed. This
+// is the shape where the ordered claim's read of the rows in flight costs
+// most against the unordered claim (Unordered: the same loop without
+// ordering); docs/ordering.md ("What is left") has the figures.
+//
+//	go test -run '^$' -bench OrderedClaimChained -benchtime 400x -count 6 ./store/pgstore
+func BenchmarkOrderedClaimChained(b *testing.B) {
+	const inFlight, aggregates = 4, 100
+	for _, ordered := range []bool{true, false} {
+		b.Run(map[bool]string{true: "Ordered", false: "Unordered"}[ordered], func(b *testing.B) {
+			_, s := benchRows(b, false, (b.N+inFlight)*benchBatch, aggregates)
+			ctx := context.Background()
+			var flight [][]*outbox.Message
+			claim := func() {
+				var chain []int64
+				for _, batch := range flight {
+					for _, m := range batch {
+						chain = append(chain, m.RowID)
+					}
+				}
+				c, err := s.Claim(ctx, outbox.ClaimParams{Limit: benchBatch, Lease: time.Minute, Ordered: ordered,
+					BlockOnDead: true, Chain: chain})
+				if err != nil || len(c.Messages) != benchBatch {
+					b.Fatalf("claim: %d rows, %v", len(c.Messages), err)
+				}
+				flight = append(flight, c.Messages)
+			}
+			for range inFlight {
+				claim()
+			}
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer() // the claim alone is timed
+				if _, err := s.Ack(ctx, outbox.AckParams{Messages: flight[0]}); err != nil {
+					b.Fatal(err)
+				}
+				flight = flight[1:]
+				b.StartTimer()
+				claim()
+			}
+			b.StopTimer()
+			reportRows(b)
+		})
+	}
+}
+
 // benchTable returns a migrated table holding b.N batches of pending rows,
 // a pool on it whose sessions commit asynchronously when async, and a Store
 // with opts.
 func benchTable(b *testing.B, async bool, opts ...pgstore.Option) (*pgxpool.Pool, *pgstore.Store) {
+	return benchRows(b, async, b.N*benchBatch, 0, opts...)
+}
+
+// benchRows is benchTable with total rows spread round-robin over
+// aggregates (0: one aggregate per row).
+func benchRows(b *testing.B, async bool, total, aggregates int, opts ...pgstore.Option) (*pgxpool.Pool, *pgstore.Store) {
 	b.Helper()
 	pool, _, _ := testsvc.PostgresSchema(b)
 	if async {
@@ -91,7 +147,6 @@ func benchTable(b *testing.B, async bool, opts ...pgstore.Option) (*pgxpool.Pool
 	s := newStore(b, pool, opts...)
 	w := outbox.NewWriter(s)
 	ctx := context.Background()
-	total := b.N * benchBatch
 	const chunk = 5000
 	for done := 0; done < total; done += chunk {
 		n := min(chunk, total-done)
@@ -99,7 +154,7 @@ func benchTable(b *testing.B, async bool, opts ...pgstore.Option) (*pgxpool.Pool
 		for i := range msgs {
 			msgs[i] = &outbox.Message{
 				AggregateType: "order",
-				AggregateID:   fmt.Sprint(done + i),
+				AggregateID:   fmt.Sprint(aggregateOf(done+i, aggregates)),
 				EventType:     "ORDER_PAID",
 				Payload:       []byte(`{"order_id":"o-42","amount":"12.50","currency":"EUR","items":[{"sku":"A-1","qty":2}]}`),
 				Headers:       map[string]string{outbox.HeaderTraceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
@@ -110,6 +165,15 @@ func benchTable(b *testing.B, async bool, opts ...pgstore.Option) (*pgxpool.Pool
 	_, err := pool.Exec(ctx, "VACUUM ANALYZE outbox_message")
 	require.NoError(b, err)
 	return pool, s
+}
+
+// aggregateOf is the aggregate of row i of a bench table: i itself, or i
+// modulo aggregates.
+func aggregateOf(i, aggregates int) int {
+	if aggregates > 0 {
+		return i % aggregates
+	}
+	return i
 }
 
 func reportRows(b *testing.B) {
