@@ -7,21 +7,19 @@ import (
 	"github.com/outboxkit/outbox/store/internal/sqlcore"
 )
 
-// WithColumns makes the Store poll a table whose columns have other names:
-// cols maps each contract column (docs/table-contract.md: id, message_id,
-// aggregate_type, aggregate_id, event_type, payload, status, retry_count,
-// next_retry_at, created_at, updated_at, and the optional ones) to the
-// table's column that holds it. Polling settles rows in the table, so the
-// mapping must name every state column (id, status, retry_count,
-// next_retry_at, created_at, updated_at); a log-only mapping, which names
-// none, is refused by [New]. An optional column the mapping does not name
-// is treated as absent, whatever the table has. [Store.CheckTable] and the
-// first statement report mapped columns the table lacks, with the mapping
-// and the table's columns.
+// WithColumns makes the Store poll a MySQL or MariaDB table whose columns have
+// other names: cols maps each contract column to the table's column that
+// holds it, by the rules of docs/table-contract.md ("Your own layout"). It
+// must name the required columns and, since polling settles rows, every
+// state column (id, status, retry_count, next_retry_at, created_at,
+// updated_at), or [New] refuses it; an optional column left out counts as
+// absent.
+// [Store.CheckTable] reads information_schema to report mapped columns the
+// table lacks, with the mapping and the table's columns, as the first
+// statement does.
 //
-// A mapped table is the team's own: [Store.Migrate] refuses it.
-// [Store.Archive] moves every column of the table, mapped or not. Default:
-// none (the contract's names).
+// [Store.Migrate] refuses a mapped table (it is the team's own), and
+// [Store.Archive] moves all of its columns. Default: the contract's names.
 func WithColumns(cols map[string]string) Option {
 	return func(c *config) { c.columns = colmap.Map(maps.Clone(cols)) }
 }
