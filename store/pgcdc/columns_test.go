@@ -162,15 +162,17 @@ func TestRenamedColumnsKeepState(t *testing.T) {
 	r := start(t, src, pub, outbox.WithMaxAttempts(3), outbox.WithOrdering(true, outbox.DeadSkips))
 	waitStreaming(t, r.src)
 
-	var poison string
-	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+table+` (kind, entity, name, body, status, id)
-VALUES ('order', 'p', 'ORDER_CREATED', '{"poison": true}', 'x', 'y') RETURNING event_id::text`).Scan(&poison))
+	// Armed before the insert, by aggregate: the stream may publish the
+	// row before the INSERT returns its id.
 	pub.FailWith(func(m *outbox.Message) error {
-		if m.MessageID == poison {
+		if m.AggregateID == "p" {
 			return errors.New("refused")
 		}
 		return nil
 	})
+	var poison string
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+table+` (kind, entity, name, body, status, id)
+VALUES ('order', 'p', 'ORDER_CREATED', '{"poison": true}', 'x', 'y') RETURNING event_id::text`).Scan(&poison))
 	var ids []string
 	for i := range 10 {
 		var id string

@@ -113,13 +113,15 @@ func TestPoisonMessageGoesDeadWithoutBlocking(t *testing.T) {
 			r := start(t, e.source(), pub, outbox.WithMaxAttempts(3), outbox.WithOrdering(true, outbox.DeadSkips))
 			waitStreaming(t, r.src)
 
-			poison := e.write(1, 1, "p")[0]
+			// Armed before the write, by aggregate: the stream may publish
+			// a message before write returns its id.
 			pub.FailWith(func(m *outbox.Message) error {
-				if m.MessageID == poison {
+				if m.AggregateID == "p" {
 					return errors.New("refused")
 				}
 				return nil
 			})
+			poison := e.write(1, 1, "p")[0]
 			ids := e.write(20, 2, "a")
 			waitAll(t, pub, ids)
 			require.NotContains(t, firstSeen(pub), poison)
@@ -145,14 +147,28 @@ func TestRetryHoldsItsAggregate(t *testing.T) {
 	r := start(t, e.source(), pub, outbox.WithOrdering(true, outbox.DeadSkips), outbox.WithMaxInFlight(4))
 	waitStreaming(t, r.src)
 
+	// Armed before the write, on the first message of x that reaches the
+	// broker (the stream may publish it before write returns its id); with
+	// ordering that is the first one written, which inOrder checks below.
 	var fails atomic.Int32
-	first := e.write(1, 1, "x")[0]
+	var mu sync.Mutex
+	var head string
 	pub.FailWith(func(m *outbox.Message) error {
-		if m.MessageID == first && fails.Add(1) <= 2 {
+		if m.AggregateID != "x" {
+			return nil
+		}
+		mu.Lock()
+		if head == "" {
+			head = m.MessageID
+		}
+		isHead := m.MessageID == head
+		mu.Unlock()
+		if isHead && fails.Add(1) <= 2 {
 			return errors.New("try again")
 		}
 		return nil
 	})
+	first := e.write(1, 1, "x")[0]
 	later := e.write(3, 1, "x")
 	others := e.write(5, 1, "y")
 	waitAll(t, pub, append(append([]string{first}, later...), others...))
