@@ -17,7 +17,8 @@ import (
 // Claim takes up to p.Limit due pending rows in id order that no other
 // relay holds, counts the attempt (retry_count + 1, returned as
 // Message.Attempt) and leases them until the database's UTC now + p.Lease,
-// in one short READ COMMITTED transaction: SELECT ... ORDER BY id LIMIT n
+// in one short READ COMMITTED transaction (READ UNCOMMITTED for an ordered
+// claim whose dead rows block: claimTxOptions): SELECT ... ORDER BY id LIMIT n
 // FOR UPDATE SKIP LOCKED of the rows, then one UPDATE of their ids, then
 // COMMIT. The attempt is durable before Claim returns, and no transaction
 // stays open while the relay publishes.
@@ -64,7 +65,7 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 		st.slotHeads, st.slotOrd = lockSQLs(heads, true), s.orderedSlotSQL(info, p, sel)
 	}
 	var c *outbox.Claim
-	err = s.core.InTx(ctx, func(tx *sql.Tx) (err error) {
+	err = s.core.InTxWith(ctx, claimTxOptions(p), func(tx *sql.Tx) (err error) {
 		c, err = s.claimOnce(ctx, tx, info, st, p)
 		return err
 	})
@@ -72,6 +73,21 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 		return nil, fmt.Errorf("mysqlstore: claim: %w", err)
 	}
 	return c, nil
+}
+
+// claimTxOptions are the options of a claim's transaction: READ COMMITTED,
+// or READ UNCOMMITTED for an ordered claim whose dead rows block. Only the
+// claim's plain reads see a difference (its locking reads and its UPDATE
+// read and lock the latest committed rows either way), and of those only
+// the read of runs decides what the claim keeps (runs.go, "The read of runs
+// at READ UNCOMMITTED" says why that is safe when dead rows block, and not
+// when they do not). The others pick candidates, which the rule then keeps
+// or not.
+func claimTxOptions(p outbox.ClaimParams) *sql.TxOptions {
+	if p.Ordered && p.BlockOnDead {
+		return &sql.TxOptions{Isolation: sql.LevelReadUncommitted}
+	}
+	return &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 }
 
 // claimStatements are the statements of a claim.

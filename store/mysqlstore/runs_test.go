@@ -129,3 +129,50 @@ func TestRunsClaimChains(t *testing.T) {
 		require.Equal(t, []string{"a#4", "a#5"}, got, "chained after both batches")
 	})
 }
+
+// TestRunsReadSeesRowsNotCommitted: with dead rows blocking, the claim reads
+// its runs at READ UNCOMMITTED (claimTxOptions), so a row inserted by a
+// transaction still open holds back the later row of its aggregate that
+// another transaction committed first; a rollback frees it. Under DeadSkips
+// the claim stays READ COMMITTED and does not see the open row.
+func TestRunsReadSeesRowsNotCommitted(t *testing.T) {
+	t.Parallel()
+	for _, blockOnDead := range []bool{true, false} {
+		t.Run(fmt.Sprintf("BlockOnDead=%v", blockOnDead), func(t *testing.T) {
+			t.Parallel()
+			bothTables(t, func(t *testing.T, s *Store, db *sql.DB) {
+				ctx := t.Context()
+				w := outbox.NewWriter[*sql.Tx](s)
+				write := func(n int) *sql.Tx {
+					t.Helper()
+					tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+					require.NoError(t, err)
+					require.NoError(t, w.Write(ctx, tx, &outbox.Message{AggregateType: "order", AggregateID: "a",
+						EventType: "E", Payload: []byte(fmt.Sprintf(`{"n":%d}`, n))}))
+					return tx
+				}
+				open := write(0)
+				defer open.Rollback()                 //nolint:errcheck // a no-op after the rollback below
+				require.NoError(t, write(1).Commit()) // the later row commits first
+				claim := func() []string {
+					t.Helper()
+					c, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Lease: time.Minute, Ordered: true,
+						BlockOnDead: blockOnDead})
+					require.NoError(t, err)
+					var got []string
+					for _, m := range c.Messages {
+						got = append(got, string(m.Payload))
+					}
+					return got
+				}
+				if !blockOnDead {
+					require.Equal(t, []string{`{"n":1}`}, claim(), "READ COMMITTED does not see the open row")
+					return
+				}
+				require.Empty(t, claim(), "a row written and not committed ends the run")
+				require.NoError(t, open.Rollback())
+				require.Equal(t, []string{`{"n":1}`}, claim(), "rolled back: the later row is the head")
+			})
+		})
+	}
+}

@@ -333,11 +333,21 @@ func (p Prepared) QueryRowContext(ctx context.Context, q string, args ...any) *s
 // returns nil and rolls back otherwise, through c.Write: a transaction the
 // database gave up on (a deadlock victim, a busy database) runs again.
 func (c *Core) InTx(ctx context.Context, f func(tx *sql.Tx) error) error {
-	return c.Write(ctx, func() error { return c.inTx(ctx, f) })
+	return c.InTxWith(ctx, c.TxOptions, f)
+}
+
+// InTxWith is InTx with the transaction options opts instead of
+// c.TxOptions.
+func (c *Core) InTxWith(ctx context.Context, opts *sql.TxOptions, f func(tx *sql.Tx) error) error {
+	return c.Write(ctx, func() error { return c.inTxWith(ctx, opts, f) })
 }
 
 func (c *Core) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
-	tx, err := c.DB.BeginTx(ctx, c.TxOptions)
+	return c.inTxWith(ctx, c.TxOptions, f)
+}
+
+func (c *Core) inTxWith(ctx context.Context, opts *sql.TxOptions, f func(tx *sql.Tx) error) error {
+	tx, err := c.DB.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
