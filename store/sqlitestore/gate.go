@@ -91,19 +91,5 @@ func isBusy(err error) bool {
 // more times: f must not act outside tx. It must not call the Store's
 // other writing methods either, which would wait for the gate f holds.
 func (s *Store) Tx(ctx context.Context, f func(tx *sql.Tx) error) error {
-	return s.write(ctx, func() error {
-		tx, err := s.db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := f(tx); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		if err := tx.Commit(); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		return nil
-	})
+	return s.core.InTxWith(ctx, nil, f) // through s.write, the gate
 }
