@@ -185,17 +185,7 @@ func (d *database) openMySQL(raw string, conns int) error {
 	// keeps what it learnt of the table's aggregates for ordered claims.
 	d.relayStore = func() (outbox.Store, error) { return mysqlstore.New(db, mysqlstore.WithTable(d.table)) }
 	d.desc = "MySQL at " + redact.URLs(raw)
-	d.useSQL(db, st, outbox.NewWriter[*sql.Tx](st), func(ctx context.Context, f func(*sql.Tx) error) error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := f(tx); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		return tx.Commit()
-	})
+	d.useSQL(db, st, outbox.NewWriter[*sql.Tx](st), nil)
 	d.bind, d.payloadText, d.analyze = "?", "CAST(payload AS CHAR)", "ANALYZE TABLE "+d.table
 	return nil
 }
@@ -223,9 +213,22 @@ func (d *database) openSQLite(raw string, embedded bool) error {
 }
 
 // useSQL sets the store and writer of a database/sql database: each write
-// is w's, in a transaction of inTx.
+// is w's, in a transaction of inTx, or of db when inTx is nil.
 func (d *database) useSQL(db *sql.DB, st outbox.Store, w *outbox.Writer[*sql.Tx],
 	inTx func(ctx context.Context, f func(*sql.Tx) error) error) {
+	if inTx == nil {
+		inTx = func(ctx context.Context, f func(*sql.Tx) error) error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			if err := f(tx); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		}
+	}
 	d.store, d.sqlDB = st, db
 	d.write = func(ctx context.Context, msgs []*outbox.Message) error {
 		return inTx(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
