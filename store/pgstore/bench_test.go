@@ -100,8 +100,11 @@ func BenchmarkOrderedClaimChained(b *testing.B) {
 				}
 				c, err := s.Claim(ctx, outbox.ClaimParams{Limit: benchBatch, Lease: time.Minute, Ordered: ordered,
 					BlockOnDead: true, Chain: chain})
-				if err != nil || len(c.Messages) != benchBatch {
-					b.Fatalf("claim: %d rows, %v", len(c.Messages), err)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(c.Messages) != benchBatch {
+					b.Fatalf("claim: %d rows, want %d", len(c.Messages), benchBatch)
 				}
 				flight = append(flight, c.Messages)
 			}
