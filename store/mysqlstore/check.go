@@ -50,7 +50,7 @@ func (s *Store) CheckTable(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("mysqlstore: check table: %w", err)
 	}
-	if defs, err = sqlcore.ContractDefs(s.columns, s.table.raw, defs); err != nil {
+	if defs, err = sqlcore.ContractDefs(s.mapping, s.table.raw, defs); err != nil {
 		return fmt.Errorf("mysqlstore: check table: %w", err)
 	}
 	return sqlcore.CheckTable(s.table.raw, defs, func() (outbox.TableProblem, error) {

@@ -30,17 +30,13 @@ import (
 // other's short transactions instead of running side by side; Migrate adds
 // the index.
 //
-// With p.Ordered each aggregate contributes a run (runs.go): a prefix of its
-// pending rows in id order, from its oldest pending row, with no earlier row
-// of the aggregate (same aggregate_type and aggregate_id) pending outside the
-// claim, or dead when p.BlockOnDead; a row leased by another claim, locked
-// by one, or waiting out a backoff ends its aggregate's run. Rows that cannot
-// be decoded, and rows whose retry_count reached the most attempts an INT counts (2147483647), come
-// back in Claim.Malformed, each error naming the row; a NULL or negative
-// retry_count counts as 0. An ordered claim with p.Slots above 1 looks first
-// at the rows of the aggregates whose CRC32(CONCAT(aggregate_type, '/',
-// aggregate_id)) MOD p.Slots is p.Slot (slotSQLs); what it keeps is decided
-// as without it.
+// With p.Ordered it claims runs, as [outbox.ClaimParams.Ordered] says
+// (runs.go); with p.Slots above 1 it looks first at the rows of the
+// aggregates whose CRC32(CONCAT(aggregate_type, '/', aggregate_id)) MOD
+// p.Slots is p.Slot (slotSQLs), and keeps what it would keep without them.
+// Rows that cannot be decoded, and rows whose retry_count reached the most
+// attempts an INT counts (2147483647), come back in Claim.Malformed, each
+// error naming the row; a NULL or negative retry_count counts as 0.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
 	if err := dialect.CheckClaim(p); err != nil {
 		return nil, err

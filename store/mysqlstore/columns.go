@@ -29,4 +29,4 @@ func WithColumns(cols map[string]string) Option {
 func (s *Store) sql(stmt string) string { return s.core.Map.SQL(stmt) }
 
 // column returns the table's name of contract column c.
-func (s *Store) column(c string) string { return sqlcore.Column(s.columns, c) }
+func (s *Store) column(c string) string { return sqlcore.Column(s.mapping, c) }

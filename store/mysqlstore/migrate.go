@@ -41,7 +41,7 @@ const migrateLockTimeout = 30
 // safe to run from several processes at once: it holds a named lock
 // (GET_LOCK) for the table while it works.
 func (s *Store) Migrate(ctx context.Context) error {
-	if len(s.columns) > 0 {
+	if len(s.mapping) > 0 {
 		return fmt.Errorf("mysqlstore: migrate %s: %w (the table is the team's own)", s.table.raw, sqlcore.ErrMapped)
 	}
 	defer s.forget()

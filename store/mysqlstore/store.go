@@ -68,9 +68,9 @@ type Store struct {
 	table table
 	chunk int           // messages per statement
 	core  *sqlcore.Core // what it does as sqlitestore does, in MySQL's dialect
-	// columns maps the contract's columns to the table's (WithColumns); nil
+	// mapping maps the contract's columns to the table's (WithColumns); nil
 	// when the table has the contract's names.
-	columns colmap.Map
+	mapping colmap.Map
 	// afterLock, set only by tests, runs between an ordered claim's locking
 	// reads and its fresh read of their runs (runs.go).
 	afterLock func()
@@ -127,7 +127,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("mysqlstore: new store: %w", err)
 	}
-	s := &Store{db: db, table: t, chunk: cfg.chunkRows, columns: cfg.columns}
+	s := &Store{db: db, table: t, chunk: cfg.chunkRows, mapping: cfg.columns}
 	s.core = &sqlcore.Core{
 		D: dialect, DB: db, Table: t.quoted(), Chunk: cfg.chunkRows,
 		Columns: s.coreColumns, Write: retryDeadlock,
@@ -205,7 +205,7 @@ func (s *Store) tableInfo(ctx context.Context, q queryer) (tableInfo, error) {
 	if err != nil {
 		return tableInfo{}, err
 	}
-	if defs, err = sqlcore.ContractDefs(s.columns, s.table.raw, defs); err != nil {
+	if defs, err = sqlcore.ContractDefs(s.mapping, s.table.raw, defs); err != nil {
 		return tableInfo{}, err
 	}
 	names := sqlcore.Names(defs)
@@ -282,7 +282,7 @@ func (s *Store) leadingColumns(ctx context.Context, q queryer) (map[string][3]st
 	lead, err := leadingColumns(ctx, q, s.table)
 	for name, l := range lead {
 		for i, c := range l {
-			l[i] = sqlcore.ContractName(s.columns, c)
+			l[i] = sqlcore.ContractName(s.mapping, c)
 		}
 		lead[name] = l
 	}
@@ -319,7 +319,7 @@ func headIndex(lead map[string][3]string) string {
 func (s *Store) primaryOnID(ctx context.Context, q queryer) (bool, error) {
 	t := s.table
 	cols, err := sqlcore.Strings(ctx, q, "primary key of "+t.raw, primaryKeySQL, t.schemaArg(), t.name)
-	return len(cols) > 0 && sqlcore.ContractName(s.columns, strings.ToLower(cols[len(cols)-1])) == "id", err
+	return len(cols) > 0 && sqlcore.ContractName(s.mapping, strings.ToLower(cols[len(cols)-1])) == "id", err
 }
 
 // MySQL error numbers the Store translates or retries.

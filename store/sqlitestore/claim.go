@@ -23,14 +23,11 @@ import (
 //
 // A row is due when next_retry_at is NULL, not later than now, or not a time
 // SQLite can read (so that a row with a garbled time is retried, not stuck).
-// With p.Ordered each aggregate contributes a run (runs.go): a prefix of its
-// pending rows in id order, from its oldest pending row, with no earlier row
-// of the aggregate (same aggregate_type and aggregate_id) pending outside the
-// claim, or dead when p.BlockOnDead; a row leased by another claim, locked
-// by one, or waiting out a backoff ends its aggregate's run. Rows that cannot be decoded, and rows whose
-// retry_count reached the most attempts an INT counts (2147483647), come
-// back in Claim.Malformed, each error naming the row; a retry_count that is
-// NULL, negative or not a number counts as 0.
+// With p.Ordered it claims runs, as [outbox.ClaimParams.Ordered] says
+// (runs.go). Rows that cannot be decoded, and rows whose retry_count reached
+// the most attempts an INT counts (2147483647), come back in
+// Claim.Malformed, each error naming the row; a retry_count that is NULL,
+// negative or not a number counts as 0.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim, error) {
 	if err := dialect.CheckClaim(p); err != nil {
 		return nil, err
