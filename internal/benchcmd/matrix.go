@@ -199,6 +199,10 @@ type MatrixRow struct {
 	// the two ran one after the other, so on a machine whose load changes
 	// these vary less than the rates do.
 	RoundRatios []float64 `json:"round_ratios,omitempty"`
+	// RoundRatioMedian is the median of RoundRatios: the paired reading,
+	// which a drift of the machine's load between rounds does not move
+	// the way it can move Ratio.
+	RoundRatioMedian float64 `json:"round_ratio_median,omitempty"`
 }
 
 // MatrixResult is a matrix run (Config.Matrix).
@@ -286,6 +290,7 @@ func (r *run) matrix(ctx context.Context) (*MatrixResult, error) {
 					row.RoundRatios = append(row.RoundRatios, row.Ordered[i]/off)
 				}
 			}
+			row.RoundRatioMedian = median(row.RoundRatios)
 		}
 	}
 	return res, nil

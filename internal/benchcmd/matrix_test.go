@@ -204,6 +204,7 @@ func TestRunMatrix(t *testing.T) {
 				require.InDelta(t, row.OrderedMedian/row.UnorderedMedian, row.Ratio, 1e-9)
 				require.Len(t, row.RoundRatios, 2)
 				require.InDelta(t, row.Ordered[1]/row.Unordered[1], row.RoundRatios[1], 1e-9)
+				require.InDelta(t, (row.RoundRatios[0]+row.RoundRatios[1])/2, row.RoundRatioMedian, 1e-9)
 			}
 			text := out.String()
 			require.Contains(t, text, `Matrix "shape=defaults,tuned relays=1,2 ordering=off,on": each shape drains 300 rows`)
@@ -228,13 +229,13 @@ func TestWriteMatrix(t *testing.T) {
 	writeMatrix(&b, &MatrixResult{Spec: "ordering", Rows: 100_000, Rounds: 3, Shapes: []MatrixRow{
 		{Shape: ShapeDefaults, BatchSize: 100, MaxInFlight: 1, Relays: 1, Aggregates: 5000,
 			Unordered: []float64{11_000, 12_000, 13_000}, Ordered: []float64{2_000, 2_600, 3_000},
-			UnorderedMedian: 12_000, OrderedMedian: 2_600, Ratio: 2600.0 / 12000, RoundRatios: []float64{0.18, 0.21, 0.23}},
+			UnorderedMedian: 12_000, OrderedMedian: 2_600, Ratio: 2600.0 / 12000, RoundRatios: []float64{0.18, 0.21, 0.23}, RoundRatioMedian: 0.21},
 		{BatchSize: 1000, MaxInFlight: 4, Relays: 3, Aggregates: 100, Unordered: []float64{27_000}, UnorderedMedian: 27_000},
 	}})
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	require.Equal(t, `Matrix "ordering": each shape drains 100,000 rows, ordering off then on, 3 times, round after round; medians (lowest-highest); msgs/s`, lines[0])
 	require.Len(t, lines, 4)
-	require.Equal(t, []string{"defaults", "100", "1", "1", "5,000", "12,000", "(11,000-13,000)", "2,600", "(2,000-3,000)", "0.22", "(rounds", "0.18-0.23)"},
+	require.Equal(t, []string{"defaults", "100", "1", "1", "5,000", "12,000", "(11,000-13,000)", "2,600", "(2,000-3,000)", "0.22", "(rounds", "0.18-0.23,", "median", "0.21)"},
 		strings.Fields(lines[2]))
 	require.Equal(t, []string{"-", "1000", "4", "3", "100", "27,000", "-", "-"}, strings.Fields(lines[3]))
 }

@@ -141,7 +141,8 @@ func writeLatencies(b *strings.Builder, rep *Report) {
 }
 
 // writeMatrix writes a matrix's table: a row per shape, its unordered and
-// ordered drain rates and their ratio.
+// ordered drain rates and their ratio (of the medians; over several rounds
+// also the range and median of each round's own ratio).
 func writeMatrix(b *strings.Builder, m *MatrixResult) {
 	rounds := "once"
 	if m.Rounds > 1 {
@@ -169,7 +170,8 @@ func writeMatrix(b *strings.Builder, m *MatrixResult) {
 			ratio = fmt.Sprintf("%.2f", r.Ratio)
 		}
 		if len(r.RoundRatios) > 1 {
-			ratio += fmt.Sprintf(" (rounds %.2f-%.2f)", slices.Min(r.RoundRatios), slices.Max(r.RoundRatios))
+			ratio += fmt.Sprintf(" (rounds %.2f-%.2f, median %.2f)", slices.Min(r.RoundRatios), slices.Max(r.RoundRatios),
+				r.RoundRatioMedian)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", shape, r.BatchSize, r.MaxInFlight, r.Relays,
 			thousands(float64(r.Aggregates)), rate(r.Unordered, r.UnorderedMedian), rate(r.Ordered, r.OrderedMedian), ratio)
