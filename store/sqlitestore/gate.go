@@ -91,5 +91,5 @@ func isBusy(err error) bool {
 // more times: f must not act outside tx. It must not call the Store's
 // other writing methods either, which would wait for the gate f holds.
 func (s *Store) Tx(ctx context.Context, f func(tx *sql.Tx) error) error {
-	return s.core.InTxWith(ctx, nil, f) // through s.write, the gate
+	return s.core.InTx(ctx, f) // through s.write, the gate
 }

@@ -259,7 +259,7 @@ func (c *Core) batchOnce(ctx context.Context, n int, stmt func(e Execer, lo, hi 
 		return stmt(c.In(nil), 0, n)
 	}
 	var total int64
-	err := c.inTx(ctx, func(tx *sql.Tx) error {
+	err := c.inTxWith(ctx, c.TxOptions, func(tx *sql.Tx) error {
 		for lo := 0; lo < n; lo += c.Chunk {
 			k, err := stmt(c.In(tx), lo, min(lo+c.Chunk, n))
 			if err != nil {
@@ -340,10 +340,6 @@ func (c *Core) InTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 // c.TxOptions.
 func (c *Core) InTxWith(ctx context.Context, opts *sql.TxOptions, f func(tx *sql.Tx) error) error {
 	return c.Write(ctx, func() error { return c.inTxWith(ctx, opts, f) })
-}
-
-func (c *Core) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
-	return c.inTxWith(ctx, c.TxOptions, f)
 }
 
 func (c *Core) inTxWith(ctx context.Context, opts *sql.TxOptions, f func(tx *sql.Tx) error) error {
