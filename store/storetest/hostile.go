@@ -370,11 +370,12 @@ var oversizedOne sync.Mutex
 // oversized plants rows whose payloads are far over the relay's payload
 // limit between good rows, and has a relay with a limit of 1 KiB drain the
 // table: the big rows must go dead with their size in the reason, the good
-// ones be delivered, and the claim must not read the big payloads (the
-// relay allocates far less than their total size: without the limit in the
-// claim, it allocates two to four times their size; with it, tens of KiB;
-// the bound leaves room for what the suite's other subtests allocate
-// meanwhile).
+// ones be delivered, and the claim must not read the big payloads: the
+// relay must allocate less than their total size. A claim that read them
+// copies each at least once (without the limit in the claim, the relay
+// allocates two to four times their size); with the limit, tens of KiB.
+// The process's other tests allocate meanwhile, several MiB at times on a
+// loaded machine, which the bound leaves room for.
 func (s *suite) oversized(t *testing.T) {
 	// What the process allocates is measured: one such test at a time, so
 	// that another one's inserts of big payloads do not count.
@@ -411,7 +412,7 @@ func (s *suite) oversized(t *testing.T) {
 	require.Equal(t, 2*rows, ev.Claimed)
 	allocated := after.TotalAlloc - before.TotalAlloc
 	t.Logf("relay step allocated %d KiB", allocated>>10)
-	require.Less(t, allocated, uint64(rows*size/2),
+	require.Less(t, allocated, uint64(rows*size),
 		"the relay allocated %d MiB for %d payloads of %d MiB over its limit: the claim read them", allocated>>20, rows, size>>20)
 
 	require.Equal(t, rows, pub.Count(), "the good rows are delivered")
@@ -436,24 +437,29 @@ func (s *suite) oversized(t *testing.T) {
 func listOversized(t *testing.T, admin outbox.Admin, huge []int64, size, limit int) {
 	rows := len(huge)
 	var before, after runtime.MemStats
-	// ListDead only reads, so it is measured up to three times and the
-	// least taken: the process's other tests allocate meanwhile, but a
-	// ListDead that read the payloads would be over the bound every time.
+	// ListDead only reads, so it is measured up to ten times, a fifth of a
+	// second apart, and the least taken: the process's other tests allocate
+	// meanwhile (on a loaded two-core machine, over 9 MiB during each of
+	// three calls in a row), but a ListDead that read the payloads would be
+	// over the bound every time.
 	var dead []outbox.DeadMessage
 	var err error
 	allocated := uint64(math.MaxUint64)
-	for range 3 {
+	for try := range 10 {
+		if try > 0 {
+			time.Sleep(200 * time.Millisecond)
+		}
 		runtime.ReadMemStats(&before)
 		dead, err = admin.ListDead(t.Context(), outbox.DeadFilter{MaxPayload: limit})
 		runtime.ReadMemStats(&after)
 		require.NoError(t, err)
 		allocated = min(allocated, after.TotalAlloc-before.TotalAlloc)
-		if allocated < uint64(rows*size/2) {
+		if allocated < uint64(rows*size) {
 			break
 		}
 	}
 	t.Logf("ListDead allocated %d KiB", allocated>>10)
-	require.Less(t, allocated, uint64(rows*size/2),
+	require.Less(t, allocated, uint64(rows*size),
 		"ListDead allocated %d MiB for %d payloads of %d MiB over its limit", allocated>>20, rows, size>>20)
 	require.Len(t, dead, rows)
 	for i, d := range dead {
