@@ -249,6 +249,7 @@ type pipeline struct {
 	draining  bool          // draining a backlog (drainingAfter): prefer the relay's slot
 	dry       int           // claims in a row that found nothing
 	chain     chain         // with ordering: the runs of the batches in flight (waves.go)
+	quiet     bool          // idle since the last claim that found rows, and said so (sayIdle)
 }
 
 // outcome is what settling a batch found.
@@ -326,9 +327,12 @@ func (p *pipeline) loop(ctx, bctx context.Context) {
 			continue
 		}
 		if b == nil { // nothing due
-			p.idle(ctx, p.size.claimed(seen))
+			wait := p.size.claimed(seen)
+			p.sayIdle(ctx, wait)
+			p.idle(ctx, wait)
 			continue
 		}
+		p.quiet = false
 		p.dispatch(ctx, bctx, b)
 		seen.n = b.ev.Claimed
 		if wait := p.size.claimed(seen); wait > 0 {
@@ -355,6 +359,19 @@ func (p *pipeline) drainingAfter(b *batch, limit int) {
 	default:
 		p.dry = 0
 	}
+}
+
+// sayIdle logs at debug level, once until a claim finds rows again, that an
+// empty claim left the relay waiting the whole poll interval (wait): from
+// then on it claims once per poll interval, or when woken. It is how a
+// reader of the log tells an idle relay, and when it became one, from a
+// stuck one.
+func (p *pipeline) sayIdle(ctx context.Context, wait time.Duration) {
+	if p.quiet || wait < p.r.cfg.pollInterval {
+		return
+	}
+	p.quiet = true
+	p.r.log.LogAttrs(ctx, slog.LevelDebug, "no rows due, relay idle", slog.Duration("poll_interval", wait))
 }
 
 // afterPartial waits for wait (the minimum poll interval) after a claim that

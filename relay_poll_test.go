@@ -2,7 +2,9 @@ package outbox_test
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -193,6 +195,53 @@ func TestRelayNotifyCutsTheWaitAndCoalesces(t *testing.T) {
 		require.Equal(t, []claimAt{{0, 0}, {ms(5000), 3}, {ms(5000) + m, 0}, {ms(5000) + 2*m, 0}}, h[:4])
 		require.Equal(t, 3, pub.Count())
 	})
+}
+
+// TestRelaySaysWhenIdle: the relay logs "no rows due, relay idle" (debug)
+// when an empty claim leaves it waiting the whole poll interval, once per
+// idle spell: at its first claim, not again while idle, and again once the
+// back-off after a claim that found rows reaches the poll interval.
+func TestRelaySaysWhenIdle(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		st := newClockStore()
+		var log syncLog
+		r, err := outbox.NewRelay(st, outboxtest.NewPublisher(), outbox.WithPollInterval(time.Second),
+			outbox.WithMinPollInterval(10*time.Millisecond), outbox.WithOrdering(false, outbox.DeadBlocks),
+			outbox.WithLogger(slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+		require.NoError(t, err)
+		idle := func() int { return strings.Count(log.String(), "no rows due, relay idle") }
+		runFor(t, r, 20*time.Second, func() {
+			synctest.Wait() // the first claim found nothing
+			require.Equal(t, 1, idle(), "said at the first empty claim")
+			time.Sleep(5500 * time.Millisecond) // five more empty claims, a second apart
+			require.Equal(t, 1, idle(), "said once per idle spell")
+			st.add(3)
+			r.Notify()
+			// Found rows; the back-off reaches the poll interval within about
+			// four of them (TestRelayAdaptivePolling).
+			time.Sleep(10 * time.Second)
+			require.Equal(t, 2, idle(), "said again when idle after the rows")
+		})
+	})
+}
+
+// syncLog is a log destination safe for concurrent writes.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestRelayOptionsAdaptive checks the new options' validation.
