@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"strconv"
@@ -205,14 +206,16 @@ func TestRelaySaysWhenIdle(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		st := newClockStore()
-		var log syncLog
+		var log bytes.Buffer // read only while the relay is blocked (synctest.Wait)
 		r, err := outbox.NewRelay(st, outboxtest.NewPublisher(), outbox.WithPollInterval(time.Second),
 			outbox.WithMinPollInterval(10*time.Millisecond), outbox.WithOrdering(false, outbox.DeadBlocks),
 			outbox.WithLogger(slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 		require.NoError(t, err)
-		idle := func() int { return strings.Count(log.String(), "no rows due, relay idle") }
+		idle := func() int {
+			synctest.Wait()
+			return strings.Count(log.String(), "no rows due, relay idle")
+		}
 		runFor(t, r, 20*time.Second, func() {
-			synctest.Wait() // the first claim found nothing
 			require.Equal(t, 1, idle(), "said at the first empty claim")
 			time.Sleep(5500 * time.Millisecond) // five more empty claims, a second apart
 			require.Equal(t, 1, idle(), "said once per idle spell")
@@ -224,24 +227,6 @@ func TestRelaySaysWhenIdle(t *testing.T) {
 			require.Equal(t, 2, idle(), "said again when idle after the rows")
 		})
 	})
-}
-
-// syncLog is a log destination safe for concurrent writes.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestRelayOptionsAdaptive checks the new options' validation.
