@@ -55,15 +55,22 @@ func (r *Redactor) AddValue(v string) {
 // them): the whole value, each password (raw and %-decoded), and the value
 // of every query parameter whose name looks like a credential. A webhook
 // URL (web true) gives all its query values, its user name and each path
-// segment of 8 bytes or more, since any of them may be a token.
+// segment of 8 bytes or more, since any of them may be a token. A user
+// name without a password is a secret only where the user part can carry
+// a token (a webhook, NATS, an unknown scheme); of a database, Redis, AMQP,
+// MQTT or Kafka URL, or a go-sql-driver DSN, it is a name (often "outbox"
+// or "relay"), which would otherwise be cut out of every log line.
 func (r *Redactor) AddURL(raw string, web bool) {
 	r.add(raw)
 	for piece := range strings.SplitSeq(raw, ",") {
 		if m := sqlDSN.FindStringSubmatch(piece); m != nil {
 			r.add(m[2])
 		}
-		if !strings.Contains(piece, "://") {
-			piece = "x://" + piece
+		scheme := ""
+		if before, _, ok := strings.Cut(piece, "://"); ok {
+			scheme = strings.ToLower(strings.TrimSpace(before))
+		} else {
+			piece = "x://" + piece // a go-sql-driver DSN, or a bare host list
 		}
 		_, rest, _ := strings.Cut(piece, "://")
 		if at := strings.LastIndex(authority(rest), "@"); at >= 0 {
@@ -71,7 +78,7 @@ func (r *Redactor) AddURL(raw string, web bool) {
 			if ok {
 				r.addEscaped(pw)
 			}
-			if web || !ok {
+			if web || !ok && !userNames[scheme] {
 				r.addEscaped(user)
 			}
 		}
@@ -94,6 +101,15 @@ func (r *Redactor) AddURL(raw string, web bool) {
 			}
 		}
 	}
+}
+
+// userNames are the URL schemes whose user part, without a password, is a
+// user name rather than a token; "" is a value without a scheme (a
+// go-sql-driver DSN, user@tcp(host)/db).
+var userNames = map[string]bool{
+	"": true, "postgres": true, "postgresql": true, "mysql": true, "mariadb": true,
+	"redis": true, "rediss": true, "unix": true, "amqp": true, "amqps": true,
+	"mqtt": true, "mqtts": true, "tcp": true, "ssl": true, "kafka": true,
 }
 
 // addEscaped adds v and its %-decoded form.

@@ -72,6 +72,32 @@ func TestRedactor(t *testing.T) {
 	require.Equal(t, "amqp://u:REDACTED@h", none.String("amqp://u:pw@h"), "nil knows URLs only")
 }
 
+// A user without a password is a name in a database or broker URL, and
+// stays in log lines; where the user part can be a token (NATS, a webhook,
+// a scheme we do not know) it is removed.
+func TestRedactorUserWithoutPassword(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, url, in, want string }{
+		{"Postgres", "postgres://relay@db:5432/app?sslmode=disable", "relay started on outbox_message", "relay started on outbox_message"},
+		{"PostgresOutbox", "postgresql://outbox@db/app", "outbox_message: relay cycle failed", "outbox_message: relay cycle failed"},
+		{"SQLDSN", "root@tcp(127.0.0.1:3306)/test", "root cause: refused", "root cause: refused"},
+		{"MySQL", "mysql://relay@db:3306/app", "relay cycle failed", "relay cycle failed"},
+		{"Redis", "redis://relay@cache:6379/0", "relay stopped", "relay stopped"},
+		{"AMQP", "amqp://relay@rabbit:5672/", "relay stopped", "relay stopped"},
+		{"NATSToken", "nats://s3cr3tt0ken@broker:4222", "authorization s3cr3tt0ken refused", "authorization REDACTED refused"},
+		{"NATSShortToken", "nats://tok3n@broker:4222", "token tok3n refused", "token REDACTED refused"},
+		{"UnknownScheme", "foo://tok3n@h", "token tok3n refused", "token REDACTED refused"},
+		{"Webhook", "https://hookuser@h/x", "user hookuser refused", "user REDACTED refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var r Redactor
+			r.AddURL(tc.url, strings.HasPrefix(tc.url, "https://"))
+			require.Equal(t, tc.want, r.String(tc.in))
+		})
+	}
+}
+
 // Whatever the password and the text around it, a URL's password and a
 // webhook URL's query value never survive.
 func FuzzURLs(f *testing.F) {
