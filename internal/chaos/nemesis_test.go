@@ -332,6 +332,11 @@ func longTransactions(ctx context.Context, r *run) {
 	}
 }
 
+// longTxConns is the room the business pool keeps for long transactions:
+// one every 0.5 s at the most, each open 5 s at the most, and more for those
+// that wait for an earlier one on their aggregate (hogAggs take turns).
+const longTxConns = 16
+
 // fault records a fault that has been healed now.
 func (r *run) fault(f Fault) {
 	f.Healed = time.Now()
