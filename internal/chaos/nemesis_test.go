@@ -155,17 +155,13 @@ func restartBroker(ctx context.Context, r *run) {
 func restartDB(ctx context.Context, r *run) {
 	for r.sleep(ctx, r.between(1500*time.Millisecond, 3*time.Second)) {
 		if r.relayCfg.held {
-			for slot := range r.relays.count() {
-				r.relays.signal(slot, syscall.SIGSTOP)
-			}
+			r.relays.signalAll(syscall.SIGSTOP)
 		}
 		before := r.inFlight()
 		at := time.Now()
 		r.db.srv.crash()
 		if r.relayCfg.held {
-			for slot := range r.relays.count() {
-				r.relays.signal(slot, syscall.SIGCONT)
-			}
+			r.relays.signalAll(syscall.SIGCONT)
 		}
 		r.sleep(context.Background(), r.between(500*time.Millisecond, 1500*time.Millisecond))
 		if err := r.db.srv.start(); err != nil {

@@ -156,6 +156,13 @@ func (r *relays) kill(slot int) { r.proc(slot).kill() }
 // signal sends sig to the relay of a slot.
 func (r *relays) signal(slot int, sig syscall.Signal) { r.proc(slot).signal(sig) }
 
+// signalAll sends sig to the relay of every slot.
+func (r *relays) signalAll(sig syscall.Signal) {
+	for i := range r.count() {
+		r.signal(i, sig)
+	}
+}
+
 // dead returns the slots whose relay is not running.
 func (r *relays) dead() []int {
 	var out []int

@@ -66,13 +66,11 @@ func (r *Redactor) AddURL(raw string, web bool) {
 		if m := sqlDSN.FindStringSubmatch(piece); m != nil {
 			r.add(m[2])
 		}
-		scheme := ""
-		if before, _, ok := strings.Cut(piece, "://"); ok {
-			scheme = strings.ToLower(strings.TrimSpace(before))
-		} else {
-			piece = "x://" + piece // a go-sql-driver DSN, or a bare host list
+		scheme, rest, hasScheme := strings.Cut(piece, "://")
+		scheme = strings.ToLower(strings.TrimSpace(scheme))
+		if !hasScheme { // a go-sql-driver DSN, or a bare host list
+			scheme, rest, piece = "", piece, "x://"+piece
 		}
-		_, rest, _ := strings.Cut(piece, "://")
 		if at := strings.LastIndex(authority(rest), "@"); at >= 0 {
 			user, pw, ok := strings.Cut(rest[:at], ":")
 			if ok {
