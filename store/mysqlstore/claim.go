@@ -61,7 +61,7 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 		st.slotHeads, st.slotOrd = lockSQLs(heads, true), s.orderedSlotSQL(info, p, sel)
 	}
 	var c *outbox.Claim
-	err = s.core.InTxWith(ctx, claimTxOptions(p), func(tx *sql.Tx) (err error) {
+	err = s.core.InTxWith(ctx, claimTxOptions(info, p), func(tx *sql.Tx) (err error) {
 		c, err = s.claimOnce(ctx, tx, info, st, p)
 		return err
 	})
@@ -72,15 +72,24 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 }
 
 // claimTxOptions are the options of a claim's transaction: READ COMMITTED,
-// or READ UNCOMMITTED for an ordered claim whose dead rows block. Only the
-// claim's plain reads see a difference (its locking reads and its UPDATE
-// read and lock the latest committed rows either way), and of those only
-// the read of runs decides what the claim keeps (runs.go, "The read of runs
-// at READ UNCOMMITTED" says why that is safe when dead rows block, and not
-// when they do not). The others pick candidates, which the rule then keeps
-// or not.
-func claimTxOptions(p outbox.ClaimParams) *sql.TxOptions {
-	if p.Ordered && p.BlockOnDead {
+// or READ UNCOMMITTED for an ordered claim whose dead rows block on a table
+// with the head index. Only the claim's plain reads see a difference (its
+// locking reads and its UPDATE read and lock the latest committed rows
+// either way), and of those only the read of runs decides what the claim
+// keeps (runs.go, "The read of runs at READ UNCOMMITTED" says why that is
+// safe when dead rows block, and not when they do not). The others pick
+// candidates, which the rule then keeps or not.
+//
+// Without the head index the read of runs scans the (status,
+// next_retry_at) index, whose entry for a row moves when a concurrent claim
+// leases it. InnoDB updates a secondary index by delete-marking the old
+// entry and then inserting the new one, and a read at READ UNCOMMITTED can
+// pass between the two and miss the row. TestRunsClaimConcurrent/Contract
+// once saw a row claimed before its predecessor was confirmed, and this is
+// the likely cause. A READ COMMITTED read builds each row's version from
+// the clustered index and does not miss it.
+func claimTxOptions(info tableInfo, p outbox.ClaimParams) *sql.TxOptions {
+	if p.Ordered && p.BlockOnDead && info.headIndex != "" {
 		return &sql.TxOptions{Isolation: sql.LevelReadUncommitted}
 	}
 	return &sql.TxOptions{Isolation: sql.LevelReadCommitted}

@@ -38,7 +38,8 @@ import (
 // backoff is pending in (2) and not in (1): it ends its run too.
 //
 // The read of runs at READ UNCOMMITTED. When dead rows block (the
-// default), the claim's transaction is READ UNCOMMITTED (claimTxOptions),
+// default) and the table has the head index, the claim's transaction is
+// READ UNCOMMITTED (claimTxOptions; without the head index it is not),
 // and (2) reads the latest version of each row, committed or not, instead
 // of a snapshot. Under READ COMMITTED every row of the read whose index page
 // other transactions changed lately (the acknowledgements of the rows in

@@ -3,6 +3,7 @@ package mysqlstore
 import (
 	"database/sql"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,8 +134,9 @@ func TestRunsClaimChains(t *testing.T) {
 // TestRunsReadSeesRowsNotCommitted: with dead rows blocking, the claim reads
 // its runs at READ UNCOMMITTED (claimTxOptions), so a row inserted by a
 // transaction still open holds back the later row of its aggregate that
-// another transaction committed first; a rollback frees it. Under DeadSkips
-// the claim stays READ COMMITTED and does not see the open row.
+// another transaction committed first; a rollback frees it. Under DeadSkips,
+// and on a table without the head index, the claim stays READ COMMITTED and
+// does not see the open row.
 func TestRunsReadSeesRowsNotCommitted(t *testing.T) {
 	t.Parallel()
 	for _, blockOnDead := range []bool{true, false} {
@@ -165,7 +167,9 @@ func TestRunsReadSeesRowsNotCommitted(t *testing.T) {
 					}
 					return got
 				}
-				if !blockOnDead {
+				// The contract's table has no head index: its read of runs stays
+				// READ COMMITTED (claimTxOptions says why).
+				if !blockOnDead || strings.HasSuffix(t.Name(), "/Contract") {
 					require.Equal(t, []string{`{"n":1}`}, claim(), "READ COMMITTED does not see the open row")
 					return
 				}
