@@ -52,8 +52,7 @@
 //
 // # Claiming
 //
-// A claim is a short READ COMMITTED transaction (READ UNCOMMITTED for an
-// ordered claim with BlockOnDead, below): SELECT ... ORDER BY id LIMIT
+// A claim is a short READ COMMITTED transaction: SELECT ... ORDER BY id LIMIT
 // n FOR UPDATE SKIP LOCKED of due pending rows (forced onto the (status, id)
 // index when the table has one, so that it locks only the rows it takes),
 // one UPDATE of their ids that adds one to retry_count (the attempt, and the
@@ -74,10 +73,7 @@
 // dead, with BlockOnDead) outside the claim. The claim locks the first due
 // rows as an unordered one does, then keeps, after a fresh read in the same
 // transaction, the prefix of each aggregate it locked: that read is what
-// keeps order under InnoDB's mix of read modes. With BlockOnDead it reads
-// rows not yet committed too (READ UNCOMMITTED: no snapshot to build, and
-// an open transaction's row holds back the later rows of its aggregate);
-// without, at READ COMMITTED. Ids are
+// keeps order under InnoDB's mix of read modes. Ids are
 // assigned at insert, not at commit, so transactions that write messages
 // for one aggregate should be serialized, as a lock on the aggregate's own
 // row does. docs/ordering.md has how and what it costs.

@@ -14,8 +14,8 @@ import (
 // An ordered claim hands out runs: for each aggregate, a prefix of its
 // pending rows in id order, starting at its oldest pending row, none of
 // whose rows has an earlier pending row (or dead row, when dead rows block)
-// outside the claim. It runs in its one transaction (READ COMMITTED, or
-// READ UNCOMMITTED when dead rows block: below):
+// outside the claim. It runs in its one READ COMMITTED transaction
+// (claimTx says why not READ UNCOMMITTED):
 //
 //  1. the unordered claim's locking read (claimSQLs: the first due pending
 //     rows, FOR UPDATE SKIP LOCKED), which locks the candidates;
@@ -36,38 +36,6 @@ import (
 // rows, so row k is in (2) and, not locked by (1), ends the run before k+1.
 // A row another claim holds (locked, or leased and so not due) or one in
 // backoff is pending in (2) and not in (1): it ends its run too.
-//
-// The read of runs at READ UNCOMMITTED. When dead rows block (the
-// default) and the table has the head index, the claim's transaction is
-// READ UNCOMMITTED (claimTxOptions; without the head index it is not),
-// and (2) reads the latest version of each row, committed or not, instead
-// of a snapshot. Under READ COMMITTED every row of the read whose index page
-// other transactions changed lately (the acknowledgements of the rows in
-// flight, all of them here) costs InnoDB a look-up of the row, and of its
-// undo log, to build the version the snapshot sees: 4.3 ms for a read of 500
-// rows beside the acknowledgements, against 1.1 ms alone. What the latest
-// version changes, with (2) still started after (1) returned:
-//
-//   - a row committed before (2) started is read as it is: the argument above
-//     holds;
-//   - a row another transaction inserts, retries (dead to pending), leases,
-//     reschedules or kills, not yet committed, reads as pending or dead:
-//     it ends its run, as a committed one would, whether it commits or not;
-//   - a row whose acknowledgement (sent, or deleted) is not yet committed
-//     reads as gone, and the rows after it may be kept. A relay acknowledges
-//     only what the broker confirmed, so the first copy of that row was
-//     confirmed before the claim began; if the acknowledgement then rolls
-//     back, the row goes out again after its lease, a duplicate, which the
-//     relay's at-least-once contract allows (docs/ordering.md, "What is not
-//     promised"). A stale relay's acknowledgement is fenced and changes no
-//     row, so it is never read.
-//   - a dead row whose discard (an operator's DELETE) is not yet committed
-//     reads as gone; if the discard rolls back, the rows after it went out
-//     with it still dead: the gap the operator asked for, only earlier.
-//
-// When dead rows do not block, a row whose kill is not yet committed would
-// read as dead and let the rows after it go; if the kill rolled back, the
-// row would be sent after them. So those claims stay READ COMMITTED.
 //
 // When (1) came back full and (2) kept fewer rows than the limit, the
 // candidates were mostly rows blocked behind an earlier row (a head in

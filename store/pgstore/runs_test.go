@@ -1,10 +1,12 @@
 package pgstore_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
@@ -12,6 +14,34 @@ import (
 	"github.com/outboxkit/outbox/internal/testsvc"
 	"github.com/outboxkit/outbox/store/pgstore"
 )
+
+// TestRunsClaimConcurrent runs ordered claimers beside writers, kills and
+// an operator's retries (runcheck.Violations) on the migrated table and on
+// one with only the contract's indexes: no message may be claimed before
+// its predecessor was confirmed.
+func TestRunsClaimConcurrent(t *testing.T) {
+	t.Parallel()
+	for _, table := range []string{"migrated", "contract"} {
+		t.Run(table, func(t *testing.T) {
+			t.Parallel()
+			base, _, _ := testsvc.PostgresSchema(t)
+			var s *pgstore.Store
+			if table == "migrated" {
+				s = newStore(t, base)
+			} else {
+				exec(t, base, fmt.Sprintf(contractDDL, "team_outbox", "jsonb", "timestamptz"))
+				var err error
+				s, err = pgstore.New(base, pgstore.WithTable("team_outbox"))
+				require.NoError(t, err)
+			}
+			w := outbox.NewWriter(s)
+			write := func(ctx context.Context, msgs []*outbox.Message) error {
+				return pgx.BeginFunc(ctx, base, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
+			}
+			require.Zero(t, runcheck.Violations(t, s, write), "messages claimed before their predecessor was confirmed")
+		})
+	}
+}
 
 // TestRunsClaimChains checks ClaimParams.Chain on the migrated table and on
 // one with only the contract's indexes: rows of an aggregate that follow

@@ -198,8 +198,8 @@ func RunsClaim[S Store](t *testing.T, migrated, contract func(*testing.T) (S, *s
 }
 
 // RunsConcurrent runs ordered claimers side by side while writers commit
-// (runcheck.Violations), on both tables: no message may be claimed before
-// its predecessor was confirmed. A write whose error retry accepts is tried
+// and messages die and are retried (runcheck.Violations), on both tables:
+// no message may be claimed before its predecessor was confirmed. A write whose error retry accepts is tried
 // again (nil: none is).
 func RunsConcurrent[S Store](t *testing.T, migrated, contract func(*testing.T) (S, *sql.DB), retry func(error) bool) {
 	t.Helper()
