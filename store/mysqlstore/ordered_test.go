@@ -166,13 +166,13 @@ func TestOrderedClaimFewAggregatesSkipsTheWalk(t *testing.T) {
 		want    []string
 		wantFew bool // the next claim runs the loose scan alone
 	}{
-		{name: "ShortClaimWalksThenCountsTheAggregates", want: []string{"b#0", "c#0", "b#1", "c#1", "b#2", "c#2", "b#3"},
+		{name: "ShortClaimWalksThenCountsTheAggregates", want: []string{"b#0", "c#0", "b#1", "c#1"}, // runs of a quarter of the limit
 			wantFew: true},
 		{name: "LooseScanAloneTakesNothingHeld", want: nil, wantFew: true},
 		{name: "AndTheNextRunOnceAcknowledged", before: func(t *testing.T) {
 			_, err := s.Ack(ctx, outbox.AckParams{Messages: a0})
 			require.NoError(t, err)
-		}, want: []string{"a#1", "a#2", "a#3", "a#4", "a#5"}, wantFew: true},
+		}, want: []string{"a#1", "a#2"}, wantFew: true},
 		{name: "MoreAggregatesThanTheLimit", before: func(t *testing.T) {
 			for i := range 12 {
 				sqltest.WriteAgg(t, s, db, fmt.Sprintf("x-%02d", i), 1)

@@ -46,15 +46,17 @@ import (
 // index, or on a table without it the walk that probes each row), and runs
 // (2) and (3) again over everything it locked.
 
-// chainCap is the most rows of one aggregate an ordered claim of limit
-// rows keeps after rows of Chain: a quarter of the limit, at least one. An
+// runCap is the most rows of one aggregate an ordered claim of limit rows
+// keeps: a quarter of the limit, at least one, as on PostgreSQL. An
 // aggregate with a deep backlog at the front of the table would otherwise
-// fill every chained claim alone, published one broker round trip per
-// message while the aggregates behind it wait; capped, the claim comes back
-// short and the heads step fills it with the others. (A claim without
-// Chain takes such an aggregate's rows up to the limit once; the next one
-// finds them leased and takes heads.)
-func chainCap(limit int) int { return max(limit/4, 1) }
+// fill every claim alone, published one broker round trip per message
+// while the aggregates behind it wait; capped, the claim comes back short
+// and the heads step fills it with the others. A cap on chained runs alone
+// was not enough: a relay with one batch in flight (where the self-sizing
+// relay starts) claims only after its batch settled, so its claims name no
+// Chain, and two such relays took 50 rows of the hot aggregate in turns
+// until it drained (e2e TestHotAggregateDoesNotStarveOthers, 300 of 300).
+func runCap(limit int) int { return max(limit/4, 1) }
 
 // lockedRow is a row an ordered claim locked, with its aggregate.
 type lockedRow struct {
@@ -208,29 +210,18 @@ func scanRuns(ctx context.Context, tx *sql.Tx, query string, args []any, last ma
 
 // runPrefixes is step (3): per aggregate, the longest prefix of rows that
 // the claim locked or that are in Chain (held by this relay's batches in
-// flight, which it publishes first: chained runs), keeping the locked ones;
-// a run that follows a row of Chain, or any run of a claim with a slot
-// preference, keeps at most chainCap of them.
+// flight, which it publishes first: chained runs), keeping at most runCap
+// of the locked ones.
 func runPrefixes(pending map[aggKey][]int64, locked map[int64]*lockedRow, p outbox.ClaimParams) []*lockedRow {
 	chained := make(map[int64]bool, len(p.Chain))
 	for _, id := range p.Chain {
 		chained[id] = true
 	}
-	first := 0 // the most rows of an aggregate a run keeps when it follows no row of Chain
-	if p.Slots > 1 {
-		// With a slot preference, every run: the relay's next claim looks at
-		// the same slot first, so an aggregate with a deep backlog at the
-		// front of it would fill the claim alone again and again, and the
-		// slot's other aggregates would wait behind its waves.
-		first = chainCap(p.Limit)
-	}
+	most := runCap(p.Limit)
 	var kept []*lockedRow
 	for _, ids := range pending {
 		slices.Sort(ids)
-		n, most := 0, len(ids)
-		if first > 0 {
-			most = first
-		}
+		n := 0
 		for _, id := range ids {
 			if r, ok := locked[id]; ok {
 				if n >= most {
@@ -242,7 +233,6 @@ func runPrefixes(pending map[aggKey][]int64, locked map[int64]*lockedRow, p outb
 			if !chained[id] {
 				break
 			}
-			most = chainCap(p.Limit)
 		}
 	}
 	return kept

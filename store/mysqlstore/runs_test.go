@@ -47,6 +47,12 @@ func TestRunsClaim(t *testing.T) {
 		}})
 }
 
+// TestRunsLeaveRoomForOthers: see sqltest.RunsLeaveRoomForOthers.
+func TestRunsLeaveRoomForOthers(t *testing.T) {
+	t.Parallel()
+	sqltest.RunsLeaveRoomForOthers(t, orderedStore, contractStore)
+}
+
 // TestRunsClaimConcurrent: see sqltest.RunsConcurrent.
 func TestRunsClaimConcurrent(t *testing.T) {
 	t.Parallel()
@@ -108,7 +114,7 @@ func TestRunsReadSkipsSentRows(t *testing.T) {
 // aggregate that follow rows the relay holds (its batches in flight) come
 // back only when the claim names those rows in Chain, the named rows are not
 // claimed again, a leased row the claim does not name still ends the run,
-// and a run that follows rows of Chain is at most a quarter of the limit.
+// and a run is at most a quarter of the limit.
 func TestRunsClaimChains(t *testing.T) {
 	t.Parallel()
 	bothTables(t, func(t *testing.T, s *Store, db *sql.DB) {
@@ -117,8 +123,8 @@ func TestRunsClaimChains(t *testing.T) {
 			t.Helper()
 			return runcheck.ClaimChained(t, s, limit, chain...)
 		}
-		got, first := claim(2)
-		require.Equal(t, []string{"a#0", "a#1"}, got)
+		got, first := claim(8)
+		require.Equal(t, []string{"a#0", "a#1"}, got, "a run of two: a quarter of the limit")
 		got, _ = claim(8)
 		require.Empty(t, got, "a#0 and a#1 are leased: without them in Chain nothing follows")
 		got, _ = claim(8, first[1])

@@ -20,7 +20,9 @@ import (
 //  2. each candidate aggregate's pending (and, when dead rows block, dead)
 //     rows up to its last candidate;
 //  3. per aggregate, the rows of (2) up to the first one that is not a
-//     candidate (a running minimum over a window), which it leases.
+//     candidate (a running minimum over a window), at most a quarter of the
+//     limit (as on the other stores: an aggregate with a deep backlog at the
+//     front would otherwise fill every claim alone), which it leases.
 //
 // SQLite lets one writer in at a time, and the statement writes, so it runs
 // alone: nothing commits between its reads, and it reads what it leases
@@ -78,10 +80,11 @@ func (s *Store) runsSQL(cols columns, p outbox.ClaimParams, sel []string) string
 		s.candidateSQL(cols, unordered) + "))," +
 		" last AS (SELECT at, ai, max(id) AS hi FROM cand GROUP BY at, ai)," +
 		" pend AS (" + pend + ")," +
-		// ok stays 1 while every row so far of the aggregate is a candidate.
-		" run AS (SELECT p.id, min(c.id IS NOT NULL) OVER (PARTITION BY p.at, p.ai ORDER BY p.id) AS ok" +
-		" FROM pend AS p LEFT JOIN cand AS c ON c.id = p.id) " +
-		claimUpdate(t) + " WHERE id IN (SELECT id FROM run WHERE ok" +
+		// ok stays 1 while every row so far of the aggregate is a candidate;
+		// n counts them, and a run keeps at most a quarter of the limit.
+		" run AS (SELECT p.id, min(c.id IS NOT NULL) OVER w AS ok, count(*) OVER w AS n" +
+		" FROM pend AS p LEFT JOIN cand AS c ON c.id = p.id WINDOW w AS (PARTITION BY p.at, p.ai ORDER BY p.id)) " +
+		claimUpdate(t) + " WHERE id IN (SELECT id FROM run WHERE ok AND n <= max(?3 / 4, 1)" +
 		// A row with no aggregate (NULL) is no aggregate's run: decoding fails, the relay kills it.
 		" UNION ALL SELECT id FROM cand WHERE at IS NULL OR ai IS NULL)" +
 		" RETURNING " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload))

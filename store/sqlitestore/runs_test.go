@@ -27,6 +27,12 @@ func TestRunsClaim(t *testing.T) {
 	sqltest.RunsClaim(t, orderedStore, contractStore)
 }
 
+// TestRunsLeaveRoomForOthers: see sqltest.RunsLeaveRoomForOthers.
+func TestRunsLeaveRoomForOthers(t *testing.T) {
+	t.Parallel()
+	sqltest.RunsLeaveRoomForOthers(t, orderedStore, contractStore)
+}
+
 // TestRunsClaimConcurrent: see sqltest.RunsConcurrent. The writers' own
 // transactions meet the claims at SQLite's lock, under busy_timeout; on a
 // loaded machine they may wait it out, and try again.

@@ -74,7 +74,9 @@ func OrderedBeyondTheWindow[S Store](t *testing.T, migrated func(*testing.T) (S,
 // twenty others and leases its first row: the rows at the front of the
 // backlog are then all blocked, so the runs they would make are empty, and
 // the claim takes heads instead; the twenty heads lie beyond the walk's
-// window, and the claim finds them, oldest first.
+// window, and the claim finds them, oldest first. Once those are
+// acknowledged, a claim takes a run of the deep aggregate, a quarter of its
+// limit, and the others' next rows.
 func headsBeyondTheWindow(t *testing.T, s Store, db *sql.DB) {
 	t.Helper()
 	WriteAgg(t, s, db, "hot", 1000)
@@ -91,9 +93,15 @@ func headsBeyondTheWindow(t *testing.T, s Store, db *sql.DB) {
 	n, err := s.Ack(t.Context(), outbox.AckParams{Messages: append(msgs, hot...)})
 	require.NoError(t, err)
 	require.Equal(t, 21, n)
-	got, _ = ClaimOrdered(t, s, 10, true)
-	require.Equal(t, []string{"hot#1", "hot#2", "hot#3", "hot#4", "hot#5", "hot#6", "hot#7", "hot#8", "hot#9", "hot#10"}, got,
-		"a run, up to the limit")
+	want = want[:0]
+	for i := range 10 {
+		want = append(want, fmt.Sprintf("hot#%d", 1+i))
+	}
+	for i := range 20 {
+		want = append(want, fmt.Sprintf("a-%02d#1", i))
+	}
+	got, _ = ClaimOrdered(t, s, 40, true)
+	require.Equal(t, want, got, "a run of a quarter of the limit, then the others' heads")
 }
 
 // deadPolicyBeyondTheWindow checks that runs and the heads step keep the
@@ -108,14 +116,19 @@ func deadPolicyBeyondTheWindow(t *testing.T, s Store, db *sql.DB) {
 	require.Equal(t, []string{"b#0"}, got)
 	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: []outbox.Dead{{Message: msgs[0], Reason: "poison"}}}))
 
-	got, msgs = ClaimOrdered(t, s, 10, true)
-	require.Equal(t, []string{"hot#0", "hot#1", "hot#2", "hot#3", "hot#4", "hot#5", "hot#6", "hot#7"}, got,
-		"the dead b#0 holds b#1 back")
+	hot := func(from int) []string { // a run of hot, a quarter of the limit of 40
+		var rows []string
+		for i := from; i < from+10; i++ {
+			rows = append(rows, fmt.Sprintf("hot#%d", i))
+		}
+		return rows
+	}
+	got, msgs = ClaimOrdered(t, s, 40, true)
+	require.Equal(t, hot(0), got, "the dead b#0 holds b#1 back")
 	_, err := s.Ack(ctx, outbox.AckParams{Messages: msgs})
 	require.NoError(t, err)
-	got, _ = ClaimOrdered(t, s, 10, false)
-	require.Equal(t, []string{"b#1", "b#2", "hot#8", "hot#9", "hot#10", "hot#11", "hot#12", "hot#13", "hot#14", "hot#15"}, got,
-		"without BlockOnDead b#1 goes past the dead b#0")
+	got, _ = ClaimOrdered(t, s, 40, false)
+	require.Equal(t, append([]string{"b#1", "b#2"}, hot(10)...), got, "without BlockOnDead b#1 goes past the dead b#0")
 }
 
 // RunsCase is a case of [RunsClaim]: with block set, a#0 is claimed (and so
@@ -132,10 +145,11 @@ type RunsCase struct {
 
 // runsCases are what ends a run on every store: nothing, when nothing
 // blocks; a row leased by another claim, waiting out a backoff, or dead
-// under BlockOnDead; and the limit, which cuts runs by id.
+// under BlockOnDead; and a quarter of the limit, the longest run a claim
+// keeps.
 var runsCases = []RunsCase{
-	{Name: "NothingBlocks", Limit: 10, Want: []string{"a#0", "b#0", "a#1", "b#1", "a#2", "c#0"}},
-	{Name: "LimitCutsByID", Limit: 4, Want: []string{"a#0", "b#0", "a#1", "b#1"}},
+	{Name: "NothingBlocks", Limit: 12, Want: []string{"a#0", "b#0", "a#1", "b#1", "a#2", "c#0"}},
+	{Name: "QuarterOfTheLimit", Limit: 8, Want: []string{"a#0", "b#0", "a#1", "b#1", "c#0"}},
 	{Name: "Acknowledged", Limit: 10, Want: []string{"b#0", "a#1", "b#1", "a#2", "c#0"},
 		Block: func(t *testing.T, s outbox.Store, _ *sql.DB, a []*outbox.Message) func() {
 			_, err := s.Ack(t.Context(), outbox.AckParams{Messages: a[:1]})
@@ -149,7 +163,7 @@ var runsCases = []RunsCase{
 			Reschedule(t, s, a[0], time.Now().Add(time.Hour))
 			return nil
 		}},
-	{Name: "DueAgain", Limit: 10, Want: []string{"a#0", "b#0", "a#1", "b#1", "a#2", "c#0"},
+	{Name: "DueAgain", Limit: 12, Want: []string{"a#0", "b#0", "a#1", "b#1", "a#2", "c#0"},
 		Block: func(t *testing.T, s outbox.Store, _ *sql.DB, a []*outbox.Message) func() {
 			Reschedule(t, s, a[0], time.Now().Add(-time.Minute))
 			return nil
@@ -195,6 +209,21 @@ func RunsClaim[S Store](t *testing.T, migrated, contract func(*testing.T) (S, *s
 			})
 		})
 	}
+}
+
+// RunsLeaveRoomForOthers writes a deep backlog of one aggregate ahead of
+// another's, on both tables: a claim keeps at most a quarter of its limit
+// of the first one and takes the other's head, so the aggregate behind is
+// not held up until the first one drains, whether or not the claim names
+// a Chain.
+func RunsLeaveRoomForOthers[S Store](t *testing.T, migrated, contract func(*testing.T) (S, *sql.DB)) {
+	t.Helper()
+	runcheck.BothTables(t, migrated, contract, func(t *testing.T, s S, db *sql.DB) {
+		WriteAgg(t, s, db, "hot", 20)
+		WriteAgg(t, s, db, "b", 2)
+		got, _ := ClaimOrdered(t, s, 8, true)
+		require.Equal(t, []string{"hot#0", "hot#1", "b#0"}, got)
+	})
 }
 
 // RunsConcurrent runs ordered claimers side by side while writers commit
