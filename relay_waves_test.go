@@ -267,3 +267,35 @@ func TestRelayChainsRunsAcrossBatches(t *testing.T) {
 		})
 	}
 }
+
+// TestRelayChainedRunStartsWhenItsOwnRunIsDone: a chained run waits for the
+// run of its aggregate in the earlier batch, not for that whole batch. The
+// first batch is a0 b0 b1 b2 (waves {a0 b0}, {b1}, {b2}, 5 ms each at the
+// broker); the second, claimed while it is in flight, is a1 a2 a3, chained
+// after a0. a1 goes out once a0 is confirmed, beside b1, not after b2.
+func TestRelayChainedRunStartsWhenItsOwnRunIsDone(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		st := newHeadStore()
+		st.runs = true
+		st.add([]string{"a"}, 1) // row 1
+		st.add([]string{"b"}, 3) // rows 2-4
+		st.add([]string{"a"}, 3) // rows 5-7
+		pub := &wavePublisher{Publisher: outboxtest.NewPublisher(), took: ms(5)}
+		r, err := outbox.NewRelay(st, pub, outbox.WithBatchSize(4), outbox.WithMaxInFlight(2),
+			outbox.WithOrdering(true, outbox.DeadBlocks), outbox.WithMinPollInterval(ms(10)),
+			outbox.WithPollInterval(ms(100)))
+		require.NoError(t, err)
+		runFor(t, r, time.Second, nil)
+
+		require.Len(t, pub.Messages(), 7, "every message once")
+		requireAggregateOrder(t, pub.Messages())
+		at := map[int64]int{} // row -> index of the Publish call that carried it
+		for i, ids := range pub.waves() {
+			for _, id := range ids {
+				at[id] = i
+			}
+		}
+		require.Less(t, at[5], at[4], "a1 waited for b's waves: %v", pub.waves())
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"time"
 )
@@ -33,9 +34,10 @@ import (
 // of its batches in flight in each claim (ClaimParams.Chain), and a store
 // may then return the rows that follow them. Such a run waits for the run
 // of its aggregate in the earlier batch: it starts once the broker
-// confirmed every message of that run, and is given back whole when one of
-// them failed. So the relay publishes message k+1 only after it got a copy
-// of message k confirmed, whichever batch each is in.
+// confirmed every message of that run (not of the whole earlier batch: a
+// run is done as soon as its own last message is), and is given back whole
+// when one of them failed. So the relay publishes message k+1 only after
+// it got a copy of message k confirmed, whichever batch each is in.
 
 // errHeldBack marks, in a batch's results, a message that was not
 // published: an earlier message of its aggregate (in the batch, or in the
@@ -155,19 +157,31 @@ func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
 	runs := runsOf(b.send)
 	next := make([]int, len(runs))     // per run, the position of its next message
 	stopped := make([]bool, len(runs)) // publish no more of the run
+	closed := make([]bool, len(runs))  // the run's runDone is closed
 	b.errs = make([]error, len(b.send))
+	// finish tells a later batch's run of the same aggregate that run j is
+	// over: as soon as it is, not when the whole batch is, so that the
+	// later run does not wait for the waves of other aggregates' longer runs.
+	finish := func(j int) {
+		if closed[j] {
+			return
+		}
+		closed[j] = true
+		run := runs[j]
+		if rd := b.runs[keyOf(b.send[run[0]])]; rd != nil {
+			rd.ok = !stopped[j] && next[j] == len(run)
+			for _, i := range run[:next[j]] {
+				rd.ok = rd.ok && b.errs[i] == nil
+			}
+			close(rd.done)
+		}
+	}
 	defer func() {
 		for j, run := range runs {
 			for _, i := range run[next[j]:] {
 				b.errs[i] = errHeldBack
 			}
-			if rd := b.runs[keyOf(b.send[run[0]])]; rd != nil {
-				rd.ok = !stopped[j]
-				for _, i := range run {
-					rd.ok = rd.ok && b.errs[i] == nil
-				}
-				close(rd.done)
-			}
+			finish(j)
 		}
 	}()
 	// A row killed at claim time (malformed, attempts used, too large)
@@ -185,7 +199,7 @@ func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
 	var in []int // the run of each message of wave
 	for {
 		wave, in = wave[:0], in[:0]
-		var wait *runDone // an earlier batch's run that a run of this one waits for
+		var wait []*runDone // earlier batches' runs that runs of this one wait for
 		for j, run := range runs {
 			if stopped[j] || next[j] == len(run) {
 				continue
@@ -193,22 +207,22 @@ func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
 			m := b.send[run[next[j]]]
 			if at, ok := killed[keyOf(m)]; ok && m.RowID > at {
 				stopped[j] = true
+				finish(j)
 				continue
 			}
 			if next[j] == 0 {
 				if prev, failed := pendingRun(b.after[keyOf(m)]); failed {
 					stopped[j] = true
+					finish(j)
 					continue
 				} else if prev != nil {
-					if wait == nil {
-						wait = prev
-					}
+					wait = append(wait, prev)
 					continue
 				}
 			}
 			wave, in = append(wave, m), append(in, j)
 		}
-		if len(wave) == 0 && wait == nil {
+		if len(wave) == 0 && len(wait) == 0 {
 			return
 		}
 		if ctx.Err() != nil || bctx.Err() != nil || time.Now().After(deadline) {
@@ -225,6 +239,9 @@ func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
 			b.errs[runs[j][next[j]]] = errs[w]
 			next[j]++
 			stopped[j] = stopped[j] || errs[w] != nil
+			if stopped[j] || next[j] == len(runs[j]) {
+				finish(j)
+			}
 		}
 	}
 }
@@ -247,19 +264,21 @@ func pendingRun(runs []*runDone) (pending *runDone, failed bool) {
 	return pending, false
 }
 
-// waitRun waits until rd is done, and reports false when ctx or bctx ended
-// or the deadline passed first.
-func waitRun(ctx, bctx context.Context, rd *runDone, deadline time.Time) bool {
+// waitRun waits until one of runs is done, and reports false when ctx or
+// bctx ended or the deadline passed first.
+func waitRun(ctx, bctx context.Context, runs []*runDone, deadline time.Time) bool {
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
-	select {
-	case <-rd.done:
-		return true
-	case <-ctx.Done():
-	case <-bctx.Done():
-	case <-t.C:
+	cases := make([]reflect.SelectCase, 0, len(runs)+3)
+	for _, c := range []<-chan struct{}{ctx.Done(), bctx.Done()} {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c)})
 	}
-	return false
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C)})
+	for _, rd := range runs {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(rd.done)})
+	}
+	chosen, _, _ := reflect.Select(cases)
+	return chosen >= 3
 }
 
 // publishOnce sends msgs within the publish timeout and returns one result
