@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -254,4 +255,59 @@ func othersDone(br *broker, aggs int) bool {
 		}
 	}
 	return true
+}
+
+// TestRetryDeadWhileRelaysRun is an operator retrying dead messages while
+// three relays drain, the dead rows blocking their aggregates: about one
+// message in six is refused for good on its first attempt and dies, and an
+// operator puts every dead message back every few milliseconds (RetryDead),
+// so rows move between dead and pending while claims read them. Every
+// message arrives, and no first copy overtakes its predecessor: a claim
+// that missed a row in the middle of a retry would let the rows behind it
+// out first.
+func TestRetryDeadWhileRelaysRun(t *testing.T) {
+	t.Parallel()
+	const aggs, perAgg = 20, 30
+	for _, db := range backends {
+		t.Run(db.name, func(t *testing.T) {
+			t.Parallel()
+			be := db.new(t)
+			be.writeAll(t, interleaved(aggs, aggs*perAgg), 6)
+			refused := errors.New("refused once")
+			var once sync.Map // message ids refused (a retried row counts its attempts from 1 again)
+			br := newBroker(t, func(m *outbox.Message, _ body) fault {
+				if chance(m, "refuse") < 16 {
+					if _, again := once.LoadOrStore(m.MessageID, true); !again {
+						return fault{err: outbox.Permanent(refused)}
+					}
+				}
+				return fault{}
+			})
+			relays(t, be, 3, br, outbox.WithOrdering(true, outbox.DeadBlocks), outbox.WithBatchSize(8))
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var retried int64
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for ctx.Err() == nil {
+					n, err := be.store.RetryDead(ctx, outbox.DeadFilter{})
+					if err != nil && ctx.Err() == nil {
+						t.Errorf("retry dead: %v", err)
+						return
+					}
+					retried += n
+					time.Sleep(3 * time.Millisecond)
+				}
+			}()
+			testsvc.Eventually(t, 60*time.Second, func() bool { return br.distinct() == aggs*perAgg },
+				"every message delivered")
+			cancel()
+			<-done
+			t.Logf("%s: %d dead messages retried, %d deliveries", db.name, retried, br.stats().Deliveries)
+			require.Positive(t, retried, "no message died: the run did not test retries")
+			require.Empty(t, br.stats().Violations)
+		})
+	}
 }
