@@ -228,8 +228,8 @@ func RunsLeaveRoomForOthers[S Store](t *testing.T, migrated, contract func(*test
 
 // RunsConcurrent runs ordered claimers side by side while writers commit
 // and messages die and are retried (runcheck.Violations), on both tables:
-// no message may be claimed before its predecessor was confirmed. A write whose error retry accepts is tried
-// again (nil: none is).
+// no message may be claimed before its predecessor was confirmed. A write
+// whose error retry accepts is tried again (nil: none is).
 func RunsConcurrent[S Store](t *testing.T, migrated, contract func(*testing.T) (S, *sql.DB), retry func(error) bool) {
 	t.Helper()
 	runcheck.BothTables(t, migrated, contract, func(t *testing.T, s S, db *sql.DB) {
