@@ -17,10 +17,11 @@ import (
 // Claim takes up to p.Limit due pending rows in id order that no other
 // relay holds, counts the attempt (retry_count + 1, returned as
 // Message.Attempt) and leases them until the database's UTC now + p.Lease,
-// in one short READ COMMITTED transaction (claimTx): SELECT ... ORDER BY
-// id LIMIT n FOR UPDATE SKIP LOCKED of the rows, then one UPDATE of their
-// ids, then COMMIT. The attempt is durable before Claim returns, and no
-// transaction stays open while the relay publishes.
+// in one short READ COMMITTED transaction (the store's; runs.go says why
+// not READ UNCOMMITTED): SELECT ... ORDER BY id LIMIT n FOR UPDATE SKIP
+// LOCKED of the rows, then one UPDATE of their ids, then COMMIT. The
+// attempt is durable before Claim returns, and no transaction stays open
+// while the relay publishes.
 //
 // When the table has an index on (status, id), the SELECT is forced onto
 // it: it then walks pending rows in id order and locks only the rows it
@@ -60,7 +61,7 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 		st.slotHeads, st.slotOrd = lockSQLs(heads, true), s.orderedSlotSQL(info, p, sel)
 	}
 	var c *outbox.Claim
-	err = s.core.InTxWith(ctx, claimTx, func(tx *sql.Tx) (err error) {
+	err = s.core.InTx(ctx, func(tx *sql.Tx) (err error) {
 		c, err = s.claimOnce(ctx, tx, info, st, p)
 		return err
 	})
@@ -69,21 +70,6 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	}
 	return c, nil
 }
-
-// claimTx are the options of a claim's transaction: READ COMMITTED, which
-// an ordered claim's read of runs needs (runs.go). At READ UNCOMMITTED
-// that read would be cheaper beside the acknowledgements (no snapshot to
-// build) but can miss a row: InnoDB moves a row's entry in an index that
-// leads with the status (the head index, or (status, next_retry_at)) by
-// delete-marking the old entry and then inserting the new one, and a read
-// of the latest versions that passes the new place before the insert and
-// the old one after the delete-mark sees neither. A kill (pending to dead),
-// an operator's retry (dead to pending) or, on the contract's index, a
-// lease would then let the rows after it out first; runcheck's kills and
-// retries showed it (docs/ordering.md, "Why not READ UNCOMMITTED"). A READ
-// COMMITTED read builds each row's version from the table and does not
-// miss it.
-var claimTx = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 
 // claimStatements are the statements of a claim.
 type claimStatements struct {

@@ -14,8 +14,8 @@ import (
 // An ordered claim hands out runs: for each aggregate, a prefix of its
 // pending rows in id order, starting at its oldest pending row, none of
 // whose rows has an earlier pending row (or dead row, when dead rows block)
-// outside the claim. It runs in its one READ COMMITTED transaction
-// (claimTx says why not READ UNCOMMITTED):
+// outside the claim. It runs in its one READ COMMITTED transaction (the
+// store's, core.TxOptions):
 //
 //  1. the unordered claim's locking read (claimSQLs: the first due pending
 //     rows, FOR UPDATE SKIP LOCKED), which locks the candidates;
@@ -36,6 +36,18 @@ import (
 // rows, so row k is in (2) and, not locked by (1), ends the run before k+1.
 // A row another claim holds (locked, or leased and so not due) or one in
 // backoff is pending in (2) and not in (1): it ends its run too.
+//
+// Why not READ UNCOMMITTED, which would make (2) cheaper beside the
+// acknowledgements (no snapshot to build): it can miss a row. InnoDB moves
+// a row's entry in an index that leads with the status (the head index, or
+// (status, next_retry_at)) by delete-marking the old entry and then
+// inserting the new one, and a read of the latest versions that passes the
+// new place before the insert and the old one after the delete-mark sees
+// neither. A kill (pending to dead), an operator's retry (dead to pending)
+// or, on the contract's index, a lease would then let the rows after it
+// out first; runcheck's kills and retries showed it (docs/ordering.md,
+// "Why not READ UNCOMMITTED"). A READ COMMITTED read builds each row's
+// version from the table and does not miss it.
 //
 // When (1) came back full and (2) kept fewer rows than the limit, the
 // candidates were mostly rows blocked behind an earlier row (a head in

@@ -136,8 +136,8 @@ func TestRunsClaimChains(t *testing.T) {
 	})
 }
 
-// TestRunsReadCommitted: a claim reads its runs at READ COMMITTED
-// (claimTx), on both tables and under both dead-row policies, so a row
+// TestRunsReadCommitted: a claim reads its runs at READ COMMITTED (the
+// store's transactions; runs.go says why), on both tables and under both dead-row policies, so a row
 // inserted by a transaction still open does not hold back the later row of
 // its aggregate that another transaction committed first: order follows
 // commit order (docs/ordering.md, "Commit order"). A claim that read rows not

@@ -131,7 +131,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	s.core = &sqlcore.Core{
 		D: dialect, DB: db, Table: t.quoted(), Chunk: cfg.chunkRows,
 		Columns: s.coreColumns, Write: retryDeadlock,
-		TxOptions:     &sql.TxOptions{Isolation: sql.LevelReadCommitted},
+		TxOptions:     &sql.TxOptions{Isolation: sql.LevelReadCommitted}, // not READ UNCOMMITTED: runs.go
 		RescheduleSQL: s.rescheduleSQL, KillSQL: s.killSQL,
 		Map: colmap.NewRewriter(cfg.columns, colmap.MySQL),
 	}

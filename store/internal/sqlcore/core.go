@@ -259,7 +259,7 @@ func (c *Core) batchOnce(ctx context.Context, n int, stmt func(e Execer, lo, hi 
 		return stmt(c.In(nil), 0, n)
 	}
 	var total int64
-	err := c.inTxWith(ctx, c.TxOptions, func(tx *sql.Tx) error {
+	err := c.inTx(ctx, func(tx *sql.Tx) error {
 		for lo := 0; lo < n; lo += c.Chunk {
 			k, err := stmt(c.In(tx), lo, min(lo+c.Chunk, n))
 			if err != nil {
@@ -333,17 +333,12 @@ func (p Prepared) QueryRowContext(ctx context.Context, q string, args ...any) *s
 // returns nil and rolls back otherwise, through c.Write: a transaction the
 // database gave up on (a deadlock victim, a busy database) runs again.
 func (c *Core) InTx(ctx context.Context, f func(tx *sql.Tx) error) error {
-	return c.InTxWith(ctx, c.TxOptions, f)
+	return c.Write(ctx, func() error { return c.inTx(ctx, f) })
 }
 
-// InTxWith is InTx with the transaction options opts instead of
-// c.TxOptions.
-func (c *Core) InTxWith(ctx context.Context, opts *sql.TxOptions, f func(tx *sql.Tx) error) error {
-	return c.Write(ctx, func() error { return c.inTxWith(ctx, opts, f) })
-}
-
-func (c *Core) inTxWith(ctx context.Context, opts *sql.TxOptions, f func(tx *sql.Tx) error) error {
-	tx, err := c.DB.BeginTx(ctx, opts)
+// inTx is InTx without c.Write: one attempt.
+func (c *Core) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	tx, err := c.DB.BeginTx(ctx, c.TxOptions)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
