@@ -260,16 +260,25 @@ func TestOrderedClaimIsOneStatementWhenTheBacklogIsShort(t *testing.T) {
 	require.EqualValues(t, 1, stmts, "an idle ordered claim")
 }
 
+// contractFixture returns a fixture on a schema of the test's own whose
+// store (opened with opts) reads a table a team made with only the
+// contract's columns and indexes, team_outbox.
+func contractFixture(t *testing.T, opts ...pgstore.Option) *orderedFixture {
+	t.Helper()
+	base, _, _ := testsvc.PostgresSchema(t)
+	exec(t, base, fmt.Sprintf(contractDDL, "team_outbox", "jsonb", "timestamptz"))
+	s, err := pgstore.New(base, append([]pgstore.Option{pgstore.WithTable("team_outbox")}, opts...)...)
+	require.NoError(t, err)
+	return &orderedFixture{pool: base, store: s, counter: &statementCounter{}}
+}
+
 // TestOrderedClaimWithoutTheHeadIndex runs ordered claims on a team's table
 // that has only the contract's indexes: the store falls back to one walk over
 // the whole backlog, slower on a deep one but with the same result.
 func TestOrderedClaimWithoutTheHeadIndex(t *testing.T) {
 	t.Parallel()
-	base, _, _ := testsvc.PostgresSchema(t)
-	exec(t, base, fmt.Sprintf(contractDDL, "team_outbox", "jsonb", "timestamptz"))
-	s, err := pgstore.New(base, pgstore.WithTable("team_outbox"), pgstore.WithHeadsOnlyClaims())
-	require.NoError(t, err)
-	f := &orderedFixture{pool: base, store: s, counter: &statementCounter{}}
+	f := contractFixture(t, pgstore.WithHeadsOnlyClaims())
+	base := f.pool
 	f.write(t, "hot", 400)
 	f.write(t, "b", 2)
 	got, msgs, _ := f.claim(t, 10, true)

@@ -11,9 +11,20 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/runcheck"
-	"github.com/outboxkit/outbox/internal/testsvc"
-	"github.com/outboxkit/outbox/store/pgstore"
 )
+
+// runsFixture returns a fixture whose store claims runs (not the heads-only
+// store of the heads tests), on the "migrated" table or on the "contract"
+// one, with only the contract's indexes.
+func runsFixture(t *testing.T, table string) *orderedFixture {
+	t.Helper()
+	if table == "contract" {
+		return contractFixture(t)
+	}
+	f := newOrderedFixture(t)
+	f.store = newStore(t, f.pool)
+	return f
+}
 
 // TestRunsClaimConcurrent runs ordered claimers beside writers, kills and
 // an operator's retries (runcheck.Violations) on the migrated table and on
@@ -24,21 +35,12 @@ func TestRunsClaimConcurrent(t *testing.T) {
 	for _, table := range []string{"migrated", "contract"} {
 		t.Run(table, func(t *testing.T) {
 			t.Parallel()
-			base, _, _ := testsvc.PostgresSchema(t)
-			var s *pgstore.Store
-			if table == "migrated" {
-				s = newStore(t, base)
-			} else {
-				exec(t, base, fmt.Sprintf(contractDDL, "team_outbox", "jsonb", "timestamptz"))
-				var err error
-				s, err = pgstore.New(base, pgstore.WithTable("team_outbox"))
-				require.NoError(t, err)
-			}
-			w := outbox.NewWriter(s)
+			f := runsFixture(t, table)
+			w := outbox.NewWriter(f.store)
 			write := func(ctx context.Context, msgs []*outbox.Message) error {
-				return pgx.BeginFunc(ctx, base, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
+				return pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
 			}
-			require.Zero(t, runcheck.Violations(t, s, write), "messages claimed before their predecessor was confirmed")
+			require.Zero(t, runcheck.Violations(t, f.store, write), "messages claimed before their predecessor was confirmed")
 		})
 	}
 }
@@ -54,17 +56,7 @@ func TestRunsClaimChains(t *testing.T) {
 	for _, table := range []string{"migrated", "contract"} {
 		t.Run(table, func(t *testing.T) {
 			t.Parallel()
-			var f *orderedFixture
-			if table == "migrated" {
-				f = newOrderedFixture(t)
-				f.store = newStore(t, f.pool) // runs, not the heads-only store of the heads tests
-			} else {
-				base, _, _ := testsvc.PostgresSchema(t)
-				exec(t, base, fmt.Sprintf(contractDDL, "team_outbox", "jsonb", "timestamptz"))
-				s, err := pgstore.New(base, pgstore.WithTable("team_outbox"))
-				require.NoError(t, err)
-				f = &orderedFixture{pool: base, store: s, counter: &statementCounter{}}
-			}
+			f := runsFixture(t, table)
 			f.write(t, "a", 6)
 			claim := func(limit int, chain ...*outbox.Message) ([]string, []*outbox.Message) {
 				t.Helper()
