@@ -93,10 +93,7 @@ func headsBeyondTheWindow(t *testing.T, s Store, db *sql.DB) {
 	n, err := s.Ack(t.Context(), outbox.AckParams{Messages: append(msgs, hot...)})
 	require.NoError(t, err)
 	require.Equal(t, 21, n)
-	want = want[:0]
-	for i := range 10 {
-		want = append(want, fmt.Sprintf("hot#%d", 1+i))
-	}
+	want = hotRun(1)
 	for i := range 20 {
 		want = append(want, fmt.Sprintf("a-%02d#1", i))
 	}
@@ -116,19 +113,22 @@ func deadPolicyBeyondTheWindow(t *testing.T, s Store, db *sql.DB) {
 	require.Equal(t, []string{"b#0"}, got)
 	require.NoError(t, s.Kill(ctx, outbox.KillParams{Dead: []outbox.Dead{{Message: msgs[0], Reason: "poison"}}}))
 
-	hot := func(from int) []string { // a run of hot, a quarter of the limit of 40
-		var rows []string
-		for i := from; i < from+10; i++ {
-			rows = append(rows, fmt.Sprintf("hot#%d", i))
-		}
-		return rows
-	}
 	got, msgs = ClaimOrdered(t, s, 40, true)
-	require.Equal(t, hot(0), got, "the dead b#0 holds b#1 back")
+	require.Equal(t, hotRun(0), got, "the dead b#0 holds b#1 back")
 	_, err := s.Ack(ctx, outbox.AckParams{Messages: msgs})
 	require.NoError(t, err)
 	got, _ = ClaimOrdered(t, s, 40, false)
-	require.Equal(t, append([]string{"b#1", "b#2"}, hot(10)...), got, "without BlockOnDead b#1 goes past the dead b#0")
+	require.Equal(t, append([]string{"b#1", "b#2"}, hotRun(10)...), got, "without BlockOnDead b#1 goes past the dead b#0")
+}
+
+// hotRun returns rows from to from+9 of the aggregate "hot": the run a
+// claim of 40 keeps of it, a quarter of its limit.
+func hotRun(from int) []string {
+	var rows []string
+	for i := from; i < from+10; i++ {
+		rows = append(rows, fmt.Sprintf("hot#%d", i))
+	}
+	return rows
 }
 
 // RunsCase is a case of [RunsClaim]: with block set, a#0 is claimed (and so
