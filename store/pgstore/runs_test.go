@@ -13,17 +13,24 @@ import (
 	"github.com/outboxkit/outbox/internal/runcheck"
 )
 
-// runsFixture returns a fixture whose store claims runs (not the heads-only
-// store of the heads tests), on the "migrated" table or on the "contract"
-// one, with only the contract's indexes.
-func runsFixture(t *testing.T, table string) *orderedFixture {
+// onBothTables runs f, in parallel subtests, on a fixture whose store
+// claims runs (not the heads-only store of the heads tests): on the
+// migrated table, and on one with only the contract's indexes.
+func onBothTables(t *testing.T, f func(t *testing.T, f *orderedFixture)) {
 	t.Helper()
-	if table == "contract" {
-		return contractFixture(t)
+	for _, table := range []string{"migrated", "contract"} {
+		t.Run(table, func(t *testing.T) {
+			t.Parallel()
+			var fx *orderedFixture
+			if table == "contract" {
+				fx = contractFixture(t)
+			} else {
+				fx = newOrderedFixture(t)
+				fx.store = newStore(t, fx.pool)
+			}
+			f(t, fx)
+		})
 	}
-	f := newOrderedFixture(t)
-	f.store = newStore(t, f.pool)
-	return f
 }
 
 // TestRunsClaimConcurrent runs ordered claimers beside writers, kills and
@@ -32,17 +39,13 @@ func runsFixture(t *testing.T, table string) *orderedFixture {
 // its predecessor was confirmed.
 func TestRunsClaimConcurrent(t *testing.T) {
 	t.Parallel()
-	for _, table := range []string{"migrated", "contract"} {
-		t.Run(table, func(t *testing.T) {
-			t.Parallel()
-			f := runsFixture(t, table)
-			w := outbox.NewWriter(f.store)
-			write := func(ctx context.Context, msgs []*outbox.Message) error {
-				return pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
-			}
-			require.Zero(t, runcheck.Violations(t, f.store, write), "messages claimed before their predecessor was confirmed")
-		})
-	}
+	onBothTables(t, func(t *testing.T, f *orderedFixture) {
+		w := outbox.NewWriter(f.store)
+		write := func(ctx context.Context, msgs []*outbox.Message) error {
+			return pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
+		}
+		require.Zero(t, runcheck.Violations(t, f.store, write), "messages claimed before their predecessor was confirmed")
+	})
 }
 
 // TestRunsClaimChains checks ClaimParams.Chain on the migrated table and on
@@ -53,27 +56,23 @@ func TestRunsClaimConcurrent(t *testing.T) {
 // not name) still ends the run.
 func TestRunsClaimChains(t *testing.T) {
 	t.Parallel()
-	for _, table := range []string{"migrated", "contract"} {
-		t.Run(table, func(t *testing.T) {
-			t.Parallel()
-			f := runsFixture(t, table)
-			f.write(t, "a", 6)
-			claim := func(limit int, chain ...*outbox.Message) ([]string, []*outbox.Message) {
-				t.Helper()
-				return runcheck.ClaimChained(t, f.store, limit, chain...)
-			}
-			got, first := claim(8)
-			require.Equal(t, []string{"a#0", "a#1"}, got, "a run of two: a quarter of the limit")
-			got, _ = claim(8)
-			require.Empty(t, got, "a#0 and a#1 are leased: without them in Chain nothing follows")
-			got, second := claim(8, first[1])
-			require.Empty(t, got, "a#0 is leased and not in Chain: it ends the run")
-			got, second = claim(8, first...)
-			require.Equal(t, []string{"a#2", "a#3"}, got, "chained after a#0 and a#1")
-			got, _ = claim(8, append(first, second...)...)
-			require.Equal(t, []string{"a#4", "a#5"}, got, "chained after both batches")
-		})
-	}
+	onBothTables(t, func(t *testing.T, f *orderedFixture) {
+		f.write(t, "a", 6)
+		claim := func(limit int, chain ...*outbox.Message) ([]string, []*outbox.Message) {
+			t.Helper()
+			return runcheck.ClaimChained(t, f.store, limit, chain...)
+		}
+		got, first := claim(8)
+		require.Equal(t, []string{"a#0", "a#1"}, got, "a run of two: a quarter of the limit")
+		got, _ = claim(8)
+		require.Empty(t, got, "a#0 and a#1 are leased: without them in Chain nothing follows")
+		got, second := claim(8, first[1])
+		require.Empty(t, got, "a#0 is leased and not in Chain: it ends the run")
+		got, second = claim(8, first...)
+		require.Equal(t, []string{"a#2", "a#3"}, got, "chained after a#0 and a#1")
+		got, _ = claim(8, append(first, second...)...)
+		require.Equal(t, []string{"a#4", "a#5"}, got, "chained after both batches")
+	})
 }
 
 // TestRunsClaimLeavesRoomForOthers writes a deep backlog of one aggregate
