@@ -25,6 +25,45 @@ func testDB(t *testing.T) *sql.DB {
 	return sqltest.OpenDB(t, Open, dsn)
 }
 
+// writeSentThenPending writes rows 1 to 5,000 of 50 aggregates in turn,
+// those up to sent marked sent, and updates the table's statistics.
+func writeSentThenPending(t *testing.T, db *sql.DB, sent int) {
+	t.Helper()
+	ctx := t.Context()
+	_, err := db.ExecContext(ctx, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload, status)
+		WITH d(n) AS (SELECT 0 UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+			UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9),
+		n(i) AS (SELECT 1 + a.n + 10 * b.n + 100 * c.n + 1000 * e.n FROM d AS a, d AS b, d AS c, d AS e)
+		SELECT CONCAT('m', i), 'order', CONCAT('a', i % 50), 'E', '{}', IF(i <= ?, 1, 0) FROM n WHERE i <= 5000 ORDER BY i`, sent)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, "ANALYZE TABLE outbox_message")
+	require.NoError(t, err)
+}
+
+// readCost runs q on a connection of its own and returns how many rows it
+// returned and how many index entries and rows it read, by every access
+// method (the session's handler counters).
+func readCost(t *testing.T, db *sql.DB, q string, args ...any) (rows int, read float64) {
+	t.Helper()
+	ctx := t.Context()
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, "FLUSH STATUS")
+	require.NoError(t, err)
+	rs, err := conn.QueryContext(ctx, q, args...)
+	require.NoError(t, err)
+	for rs.Next() {
+		rows++
+	}
+	require.NoError(t, rs.Err())
+	require.NoError(t, rs.Close())
+	require.NoError(t, conn.QueryRowContext(ctx, `SELECT SUM(variable_value) FROM information_schema.session_status
+		WHERE variable_name IN ('HANDLER_READ_FIRST', 'HANDLER_READ_KEY', 'HANDLER_READ_NEXT', 'HANDLER_READ_PREV', 'HANDLER_READ_RND', 'HANDLER_READ_RND_NEXT')`).Scan(&read))
+	t.Logf("read %v", read)
+	return rows, read
+}
+
 // explain returns EXPLAIN q, a line a row (see explainRows).
 func explain(t *testing.T, db *sql.DB, q string, args ...any) string {
 	t.Helper()
@@ -39,14 +78,7 @@ func TestOrderedClaimPlans(t *testing.T) {
 	t.Parallel()
 	s, db := orderedStore(t)
 	ctx := t.Context()
-	_, err := db.ExecContext(ctx, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload, status)
-		WITH d(n) AS (SELECT 0 UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-			UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9),
-		n(i) AS (SELECT 1 + a.n + 10 * b.n + 100 * c.n + 1000 * e.n FROM d AS a, d AS b, d AS c, d AS e)
-		SELECT CONCAT('m', i), 'order', CONCAT('a', i % 50), 'E', '{}', IF(i < 2000, 1, 0) FROM n WHERE i <= 5000 ORDER BY i`)
-	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, "ANALYZE TABLE outbox_message")
-	require.NoError(t, err)
+	writeSentThenPending(t, db, 1999)
 	info, err := s.tableInfo(ctx, db)
 	require.NoError(t, err)
 	require.Equal(t, "idx_status_aggregate", info.headIndex)

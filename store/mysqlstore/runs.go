@@ -159,7 +159,10 @@ func (s *Store) keepRuns(ctx context.Context, tx *sql.Tx, info tableInfo, p outb
 		}
 		last[r.agg] = max(last[r.agg], r.id)
 	}
-	pending, err := s.readRuns(ctx, tx, info, p, last)
+	pending, ok, err := s.readFront(ctx, tx, info, p, locked, last)
+	if err == nil && !ok {
+		pending, err = s.readRuns(ctx, tx, info, p, last)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -202,12 +205,7 @@ func (s *Store) readRuns(ctx context.Context, tx *sql.Tx, info tableInfo, p outb
 // scanRuns adds the rows of one chunk's statement to pending.
 func scanRuns(ctx context.Context, tx *sql.Tx, query string, args []any, last map[aggKey]int64,
 	pending map[aggKey][]int64) error {
-	rows, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
+	return queryRows(ctx, tx, query, args, func(rows *sql.Rows) error {
 		var id int64
 		var a aggKey
 		if err := rows.Scan(&id, &a.typ, &a.id); err != nil {
@@ -216,8 +214,8 @@ func scanRuns(ctx context.Context, tx *sql.Tx, query string, args []any, last ma
 		if l, ok := last[a]; ok && id <= l {
 			pending[a] = append(pending[a], id)
 		}
-	}
-	return rows.Err()
+		return nil
+	})
 }
 
 // runPrefixes is step (3): per aggregate, the longest prefix of rows that

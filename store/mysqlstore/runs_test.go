@@ -31,11 +31,35 @@ func bothTables(t *testing.T, f func(t *testing.T, s *Store, db *sql.DB)) {
 	runcheck.BothTables(t, orderedStore, contractStore, f)
 }
 
+// eachRead runs f once with a migrated Store whose ordered claims read
+// their runs by the front scan on every claim, and once with one that
+// reads them per aggregate (front.go); the contract's table has no
+// (status, id) index and reads per aggregate either way.
+func eachRead(t *testing.T, f func(t *testing.T, migrated func(*testing.T) (*Store, *sql.DB))) {
+	for _, tc := range []struct {
+		name   string
+		policy frontPolicy
+	}{{"FrontScan", frontAlways}, {"PerAggregate", frontNever}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, func(t *testing.T) (*Store, *sql.DB) {
+				s, db := orderedStore(t)
+				s.front = tc.policy
+				return s, db
+			})
+		})
+	}
+}
+
 // TestRunsClaim checks what ends a run (sqltest.RunsClaim), and on MySQL
 // also a row locked by a concurrent claim.
 func TestRunsClaim(t *testing.T) {
 	t.Parallel()
-	sqltest.RunsClaim(t, orderedStore, contractStore, sqltest.RunsCase{
+	eachRead(t, func(t *testing.T, migrated func(*testing.T) (*Store, *sql.DB)) { runsClaim(t, migrated) })
+}
+
+func runsClaim(t *testing.T, migrated func(*testing.T) (*Store, *sql.DB)) {
+	sqltest.RunsClaim(t, migrated, contractStore, sqltest.RunsCase{
 		Name: "LockedByAConcurrentClaim", Limit: 10, Want: []string{"a#0", "b#0", "b#1", "c#0"},
 		Block: func(t *testing.T, s outbox.Store, db *sql.DB, a []*outbox.Message) func() {
 			sqltest.Reschedule(t, s, a[0], time.Now().Add(-time.Minute)) // due again
@@ -56,7 +80,9 @@ func TestRunsLeaveRoomForOthers(t *testing.T) {
 // TestRunsClaimConcurrent: see sqltest.RunsConcurrent.
 func TestRunsClaimConcurrent(t *testing.T) {
 	t.Parallel()
-	sqltest.RunsConcurrent(t, orderedStore, contractStore, nil)
+	eachRead(t, func(t *testing.T, migrated func(*testing.T) (*Store, *sql.DB)) {
+		sqltest.RunsConcurrent(t, migrated, contractStore, nil)
+	})
 }
 
 // TestRunsReadSkipsSentRows runs the read of runs (runsSQL) with ANALYZE on
@@ -68,14 +94,7 @@ func TestRunsReadSkipsSentRows(t *testing.T) {
 	t.Parallel()
 	bothTables(t, func(t *testing.T, s *Store, db *sql.DB) {
 		ctx := t.Context()
-		_, err := db.ExecContext(ctx, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload, status)
-			WITH d(n) AS (SELECT 0 UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
-				UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9),
-			n(i) AS (SELECT 1 + a.n + 10 * b.n + 100 * c.n + 1000 * e.n FROM d AS a, d AS b, d AS c, d AS e)
-			SELECT CONCAT('m', i), 'order', CONCAT('a', i % 50), 'E', '{}', IF(i <= 4000, 1, 0) FROM n WHERE i <= 5000 ORDER BY i`)
-		require.NoError(t, err)
-		_, err = db.ExecContext(ctx, "ANALYZE TABLE outbox_message")
-		require.NoError(t, err)
+		writeSentThenPending(t, db, 4000)
 		info, err := s.tableInfo(ctx, db)
 		require.NoError(t, err)
 		p := outbox.ClaimParams{Limit: 10, Ordered: true, BlockOnDead: true}
@@ -87,25 +106,8 @@ func TestRunsReadSkipsSentRows(t *testing.T) {
 				args = append(args, "order", fmt.Sprint("a", agg))
 			}
 		}
-		conn, err := db.Conn(ctx)
-		require.NoError(t, err)
-		defer conn.Close()
-		_, err = conn.ExecContext(ctx, "FLUSH STATUS")
-		require.NoError(t, err)
-		rows, err := conn.QueryContext(ctx, s.runsSQL(info, p, 3), args...)
-		require.NoError(t, err)
-		got := 0
-		for rows.Next() {
-			got++
-		}
-		require.NoError(t, rows.Err())
-		rows.Close()
+		got, read := readCost(t, db, s.runsSQL(info, p, 3), args...)
 		require.Equal(t, 6, got, "two pending rows of each aggregate")
-		// Index entries and rows read, by every access method.
-		var read float64
-		require.NoError(t, conn.QueryRowContext(ctx, `SELECT SUM(variable_value) FROM information_schema.session_status
-			WHERE variable_name IN ('HANDLER_READ_FIRST', 'HANDLER_READ_KEY', 'HANDLER_READ_NEXT', 'HANDLER_READ_PREV', 'HANDLER_READ_RND', 'HANDLER_READ_RND_NEXT')`).Scan(&read))
-		t.Logf("read %v", read)
 		require.LessOrEqual(t, read, 150.0, "index entries and rows the read of runs read")
 	})
 }
@@ -117,7 +119,11 @@ func TestRunsReadSkipsSentRows(t *testing.T) {
 // and a run is at most a quarter of the limit.
 func TestRunsClaimChains(t *testing.T) {
 	t.Parallel()
-	bothTables(t, func(t *testing.T, s *Store, db *sql.DB) {
+	eachRead(t, func(t *testing.T, migrated func(*testing.T) (*Store, *sql.DB)) { runsClaimChains(t, migrated) })
+}
+
+func runsClaimChains(t *testing.T, migrated func(*testing.T) (*Store, *sql.DB)) {
+	runcheck.BothTables(t, migrated, contractStore, func(t *testing.T, s *Store, db *sql.DB) {
 		sqltest.WriteAgg(t, s, db, "a", 7)
 		claim := func(limit int, chain ...*outbox.Message) ([]string, []*outbox.Message) {
 			t.Helper()
@@ -145,10 +151,14 @@ func TestRunsClaimChains(t *testing.T) {
 // retry moves (runcheck's kills show that).
 func TestRunsReadCommitted(t *testing.T) {
 	t.Parallel()
+	eachRead(t, func(t *testing.T, migrated func(*testing.T) (*Store, *sql.DB)) { runsReadCommitted(t, migrated) })
+}
+
+func runsReadCommitted(t *testing.T, migrated func(*testing.T) (*Store, *sql.DB)) {
 	for _, blockOnDead := range []bool{true, false} {
 		t.Run(fmt.Sprintf("BlockOnDead=%v", blockOnDead), func(t *testing.T) {
 			t.Parallel()
-			bothTables(t, func(t *testing.T, s *Store, db *sql.DB) {
+			runcheck.BothTables(t, migrated, contractStore, func(t *testing.T, s *Store, db *sql.DB) {
 				ctx := t.Context()
 				w := outbox.NewWriter[*sql.Tx](s)
 				write := func(n int) *sql.Tx {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -74,6 +75,12 @@ type Store struct {
 	// afterLock, set only by tests, runs between an ordered claim's locking
 	// reads and its fresh read of their runs (runs.go).
 	afterLock func()
+	// frontPaused is how many more ordered claims read their runs per
+	// aggregate before they try the front scan again (front.go).
+	frontPaused atomic.Int32
+	// front, set only by tests, makes every ordered claim try the front
+	// scan (never paused) or none.
+	front frontPolicy
 
 	mu          sync.Mutex
 	info        *tableInfo // detected once; nil until then, reset by Migrate
