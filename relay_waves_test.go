@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -16,24 +17,45 @@ import (
 )
 
 // wavePublisher is an outboxtest.Publisher that records each Publish call
-// (a wave) as the row ids it carried, and may take a while at the broker.
+// (a wave) as the row ids it carried and when it began, and may take a
+// while at the broker: took, or longer for a call that carries a message
+// of an aggregate in slow.
 type wavePublisher struct {
 	*outboxtest.Publisher
-	took  time.Duration
-	mu    sync.Mutex
-	calls [][]int64
+	took   time.Duration
+	slow   map[string]time.Duration
+	mu     sync.Mutex
+	calls  [][]int64
+	starts []time.Time
 }
 
 func (p *wavePublisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
 	ids := make([]int64, len(msgs))
+	took := p.took
 	for i, m := range msgs {
 		ids[i] = m.RowID
+		took = max(took, p.slow[m.AggregateID])
 	}
 	p.mu.Lock()
 	p.calls = append(p.calls, ids)
+	p.starts = append(p.starts, time.Now())
 	p.mu.Unlock()
-	time.Sleep(p.took)
+	time.Sleep(took)
 	return p.Publisher.Publish(ctx, msgs)
+}
+
+// startOf returns when the call that carried row id began.
+func (p *wavePublisher) startOf(t *testing.T, id int64) time.Time {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, ids := range p.calls {
+		if slices.Contains(ids, id) {
+			return p.starts[i]
+		}
+	}
+	t.Fatalf("row %d was not published: %v", id, p.calls)
+	return time.Time{}
 }
 
 func (p *wavePublisher) waves() [][]int64 {
@@ -297,5 +319,34 @@ func TestRelayChainedRunStartsWhenItsOwnRunIsDone(t *testing.T) {
 			}
 		}
 		require.Less(t, at[5], at[4], "a1 waited for b's waves: %v", pub.waves())
+	})
+}
+
+// TestRelayRunGoesWhileAnotherWaveIsAtTheBroker: waves are not in lockstep.
+// The first batch is a0 x0 x1 x2 (waves {a0 x0}, {x1}, {x2}, 5 ms each); the
+// second, claimed while it is in flight, is a1 (chained after a0) and
+// c0 c1 c2, whose calls take 20 ms. c0 goes out at once; a1 goes out when a0
+// is confirmed (5 ms), while c0 is still at the broker, not with c1 when c0
+// returns (20 ms).
+func TestRelayRunGoesWhileAnotherWaveIsAtTheBroker(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		st := newHeadStore()
+		st.runs = true
+		st.add([]string{"a"}, 1) // row 1
+		st.add([]string{"x"}, 3) // rows 2-4
+		st.add([]string{"a"}, 1) // row 5
+		st.add([]string{"c"}, 3) // rows 6-8
+		pub := &wavePublisher{Publisher: outboxtest.NewPublisher(), took: ms(5), slow: map[string]time.Duration{"c": ms(20)}}
+		r, err := outbox.NewRelay(st, pub, outbox.WithBatchSize(4), outbox.WithMaxInFlight(2),
+			outbox.WithOrdering(true, outbox.DeadBlocks), outbox.WithMinPollInterval(ms(10)),
+			outbox.WithPollInterval(ms(100)))
+		require.NoError(t, err)
+		runFor(t, r, time.Second, nil)
+
+		require.Len(t, pub.Messages(), 8, "every message once")
+		requireAggregateOrder(t, pub.Messages())
+		require.Less(t, pub.startOf(t, 5), pub.startOf(t, 7), "a1 waited for c0 to return: %v", pub.waves())
+		require.False(t, pub.startOf(t, 5).Before(pub.startOf(t, 1).Add(ms(5))), "a1 went out before a0 was confirmed")
 	})
 }

@@ -14,10 +14,13 @@ import (
 //
 // An ordered claim returns, for each aggregate, a run: a prefix of its
 // pending rows in id order (see ClaimParams.Ordered). The relay publishes
-// the batch in waves: wave i is the i-th message of every run still going,
-// in one Publish call, and wave i+1 starts only when every result of wave i
-// is in. So message k+1 of an aggregate goes to the broker only after the
-// broker confirmed message k. A message that fails (to be retried, or dead)
+// the batch in waves: a wave is one Publish call with the next message of
+// every run that may go on, and a run may go on once the broker confirmed
+// its previous message. A run has one message at the broker at a time, but
+// waves overlap: a run whose previous message was confirmed goes in a new
+// wave at once, while other runs' waves are still at the broker. So message
+// k+1 of an aggregate goes to the broker only after the broker confirmed
+// message k, and waits for nothing else. A message that fails (to be retried, or dead)
 // stops its run: the rest of the run is not published and is given back
 // (refunded: due now, the attempt not counted); the store keeps it blocked
 // behind the failed row, which is still pending. A batch whose runs are all
@@ -153,9 +156,14 @@ func (c *chain) remove(b *batch) {
 // the run of its aggregate in an earlier batch (b.after) starts once that
 // one is done, and only when it went through. ctx is Run's, which a stop
 // cancels; bctx is the batch's (see batchContext).
+// Until 2026-12-07 waves went in lockstep (wave i+1 after every result of
+// wave i), so a run that could go on waited for the wave under way: a
+// chained run whose earlier run ended during another wave waited up to a
+// round trip more per hand-over.
 func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
 	runs := runsOf(b.send)
 	next := make([]int, len(runs))     // per run, the position of its next message
+	busy := make([]bool, len(runs))    // the run's next message is at the broker
 	stopped := make([]bool, len(runs)) // publish no more of the run
 	closed := make([]bool, len(runs))  // the run's runDone is closed
 	b.errs = make([]error, len(b.send))
@@ -195,13 +203,16 @@ func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
 		}
 	}
 	deadline := b.start.Add(r.cfg.lease - r.cfg.publishTimeout)
-	var wave []*Message
-	var in []int // the run of each message of wave
+	// Each wave at the broker sends its results here; a run is in at most
+	// one wave, so there are never more waves than runs.
+	results := make(chan waveResult, len(runs))
+	atBroker := 0
 	for {
-		wave, in = wave[:0], in[:0]
+		var wave []*Message
+		var in []int        // the run of each message of wave
 		var wait []*runDone // earlier batches' runs that runs of this one wait for
 		for j, run := range runs {
-			if stopped[j] || next[j] == len(run) {
+			if stopped[j] || busy[j] || next[j] == len(run) {
 				continue
 			}
 			m := b.send[run[next[j]]]
@@ -222,28 +233,44 @@ func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
 			}
 			wave, in = append(wave, m), append(in, j)
 		}
-		if len(wave) == 0 && len(wait) == 0 {
+		// No time left for a wave, or the relay is stopping: what is not
+		// at the broker yet is given back, once what is there returned.
+		stopping := ctx.Err() != nil || bctx.Err() != nil || !time.Now().Before(deadline)
+		if len(wave) > 0 && !stopping {
+			for _, j := range in {
+				busy[j] = true
+			}
+			atBroker++
+			go func() { results <- waveResult{in: in, errs: r.publishOnce(bctx, wave)} }()
+		}
+		if atBroker == 0 && (stopping || len(wait) == 0) {
 			return
 		}
-		if ctx.Err() != nil || bctx.Err() != nil || time.Now().After(deadline) {
-			return // no time left for this wave: the rest is given back
+		if stopping {
+			wait = nil
 		}
-		if len(wave) == 0 {
-			if !waitRun(ctx, bctx, wait, deadline) {
-				return
-			}
-			continue
+		res, ok := awaitWave(ctx, bctx, results, wait, deadline, stopping)
+		if !ok {
+			continue // an earlier run is done, or time is up: look again
 		}
-		errs := r.publishOnce(bctx, wave)
-		for w, j := range in {
-			b.errs[runs[j][next[j]]] = errs[w]
+		atBroker--
+		for w, j := range res.in {
+			b.errs[runs[j][next[j]]] = res.errs[w]
 			next[j]++
-			stopped[j] = stopped[j] || errs[w] != nil
+			busy[j] = false
+			stopped[j] = stopped[j] || res.errs[w] != nil
 			if stopped[j] || next[j] == len(runs[j]) {
 				finish(j)
 			}
 		}
 	}
+}
+
+// waveResult is what one wave got from the broker: the runs whose messages
+// it carried, and one result per message.
+type waveResult struct {
+	in   []int
+	errs []error
 }
 
 // pendingRun returns the first of runs that is not done yet, or failed
@@ -264,21 +291,28 @@ func pendingRun(runs []*runDone) (pending *runDone, failed bool) {
 	return pending, false
 }
 
-// waitRun waits until one of runs is done, and reports false when ctx or
-// bctx ended or the deadline passed first.
-func waitRun(ctx, bctx context.Context, runs []*runDone, deadline time.Time) bool {
+// awaitWave waits for the results of a wave at the broker, which it
+// returns with ok. Unless stopping, it also returns, without results, when
+// one of runs is done, ctx or bctx ended, or the deadline passed.
+func awaitWave(ctx, bctx context.Context, results chan waveResult, runs []*runDone, deadline time.Time,
+	stopping bool) (waveResult, bool) {
+	if stopping {
+		return <-results, true
+	}
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
-	cases := make([]reflect.SelectCase, 0, len(runs)+3)
-	for _, c := range []<-chan struct{}{ctx.Done(), bctx.Done()} {
+	cases := make([]reflect.SelectCase, 0, len(runs)+4)
+	for _, c := range []any{results, ctx.Done(), bctx.Done(), t.C} {
 		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c)})
 	}
-	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C)})
 	for _, rd := range runs {
 		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(rd.done)})
 	}
-	chosen, _, _ := reflect.Select(cases)
-	return chosen >= 3
+	chosen, v, _ := reflect.Select(cases)
+	if chosen == 0 {
+		return v.Interface().(waveResult), true
+	}
+	return waveResult{}, false
 }
 
 // publishOnce sends msgs within the publish timeout and returns one result
