@@ -304,14 +304,7 @@ func TestRelayChainedRunStartsWhenItsOwnRunIsDone(t *testing.T) {
 		st.add([]string{"b"}, 3) // rows 2-4
 		st.add([]string{"a"}, 3) // rows 5-7
 		pub := &wavePublisher{Publisher: outboxtest.NewPublisher(), took: ms(5)}
-		r, err := outbox.NewRelay(st, pub, outbox.WithBatchSize(4), outbox.WithMaxInFlight(2),
-			outbox.WithOrdering(true, outbox.DeadBlocks), outbox.WithMinPollInterval(ms(10)),
-			outbox.WithPollInterval(ms(100)))
-		require.NoError(t, err)
-		runFor(t, r, time.Second, nil)
-
-		require.Len(t, pub.Messages(), 7, "every message once")
-		requireAggregateOrder(t, pub.Messages())
+		runTwoBatches(t, st, pub, 7)
 		at := map[int64]int{} // row -> index of the Publish call that carried it
 		for i, ids := range pub.waves() {
 			for _, id := range ids {
@@ -338,15 +331,22 @@ func TestRelayRunGoesWhileAnotherWaveIsAtTheBroker(t *testing.T) {
 		st.add([]string{"a"}, 1) // row 5
 		st.add([]string{"c"}, 3) // rows 6-8
 		pub := &wavePublisher{Publisher: outboxtest.NewPublisher(), took: ms(5), slow: map[string]time.Duration{"c": ms(20)}}
-		r, err := outbox.NewRelay(st, pub, outbox.WithBatchSize(4), outbox.WithMaxInFlight(2),
-			outbox.WithOrdering(true, outbox.DeadBlocks), outbox.WithMinPollInterval(ms(10)),
-			outbox.WithPollInterval(ms(100)))
-		require.NoError(t, err)
-		runFor(t, r, time.Second, nil)
-
-		require.Len(t, pub.Messages(), 8, "every message once")
-		requireAggregateOrder(t, pub.Messages())
+		runTwoBatches(t, st, pub, 8)
 		require.Less(t, pub.startOf(t, 5), pub.startOf(t, 7), "a1 waited for c0 to return: %v", pub.waves())
 		require.False(t, pub.startOf(t, 5).Before(pub.startOf(t, 1).Add(ms(5))), "a1 went out before a0 was confirmed")
 	})
+}
+
+// runTwoBatches runs an ordered relay with batches of 4, two in flight,
+// over st for a second, and checks that the n messages arrived once each,
+// in order per aggregate.
+func runTwoBatches(t *testing.T, st *headStore, pub *wavePublisher, n int) {
+	t.Helper()
+	r, err := outbox.NewRelay(st, pub, outbox.WithBatchSize(4), outbox.WithMaxInFlight(2),
+		outbox.WithOrdering(true, outbox.DeadBlocks), outbox.WithMinPollInterval(ms(10)),
+		outbox.WithPollInterval(ms(100)))
+	require.NoError(t, err)
+	runFor(t, r, time.Second, nil)
+	require.Len(t, pub.Messages(), n, "every message once")
+	requireAggregateOrder(t, pub.Messages())
 }
