@@ -57,6 +57,7 @@ func (s *Store) statements(info tableInfo) map[string]string {
 		"insert":        s.insertSQL(sqlcore.InsertColumns(info.Columns), 2),
 		"stats":         fmt.Sprintf(statsSQL, t),
 		"payload sizes": fmt.Sprintf(payloadSizesSQL(t, sqlcore.SelectColumns(info.Columns)), "?, ?"),
+		"aggregates of": s.aggregatesOfSQL(2),
 		"columns":       columnsSQL,
 		"indexes":       indexesSQL,
 		"primary key":   primaryKeySQL,
@@ -87,6 +88,9 @@ func (s *Store) statements(info tableInfo) map[string]string {
 			out[fmt.Sprintf("%s slot lock %d", name, i)] = q.query
 		}
 		out[name+" runs"] = s.runsSQL(info, p, 2)
+		if info.claimIndex != "" && info.pkID {
+			out[name+" front"] = s.frontScanSQL(info, p)
+		}
 		if ord := s.orderedClaimSQL(info, p, sel); ord != nil {
 			out[name+" bound"], out[name+" walk"], out[name+" heads"] = ord.bound, ord.walk, ord.heads
 		}
