@@ -246,9 +246,6 @@ func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
 		if atBroker == 0 && (stopping || len(wait) == 0) {
 			return
 		}
-		if stopping {
-			wait = nil
-		}
 		res, ok := awaitWave(ctx, bctx, results, wait, deadline, stopping)
 		if !ok {
 			continue // an earlier run is done, or time is up: look again
