@@ -79,7 +79,7 @@ func (s *Store) frontScanSQL(info tableInfo, p outbox.ClaimParams) string {
 // nothing it returns, when the scan does not apply or came back full: the
 // caller then reads step (2) per aggregate.
 func (s *Store) readFront(ctx context.Context, tx *sql.Tx, info tableInfo, p outbox.ClaimParams,
-	locked map[int64]*lockedRow, last map[aggKey]int64) (pending map[aggKey][]int64, ok bool, err error) {
+	locked map[int64]*lockedRow, chained map[int64]bool, last map[aggKey]int64) (pending map[aggKey][]int64, ok bool, err error) {
 	if info.claimIndex == "" || !info.pkID || p.Slots > 1 || len(last) == 0 || s.front == frontNever {
 		return nil, false, nil
 	}
@@ -90,10 +90,6 @@ func (s *Store) readFront(ctx context.Context, tx *sql.Tx, info tableInfo, p out
 	var hi int64
 	for _, l := range last {
 		hi = max(hi, l)
-	}
-	chained := make(map[int64]bool, len(p.Chain))
-	for _, id := range p.Chain {
-		chained[id] = true
 	}
 	most := len(locked) + len(p.Chain) + frontSlack(p.Limit)
 	args := []any{hi, most + 1} // one more: a scan of most rows is whole

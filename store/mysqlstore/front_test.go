@@ -86,7 +86,7 @@ func TestFrontScan(t *testing.T) {
 			tx, err := db.BeginTx(ctx, s.core.TxOptions)
 			require.NoError(t, err)
 			defer tx.Rollback() //nolint:errcheck // read only
-			pending, ok, err := s.readFront(ctx, tx, info, p, locked, last)
+			pending, ok, err := s.readFront(ctx, tx, info, p, locked, chainSet(p.Chain), last)
 			require.NoError(t, err)
 			if tc.want == nil {
 				require.False(t, ok, "the scan gives up")
@@ -94,7 +94,7 @@ func TestFrontScan(t *testing.T) {
 				return
 			}
 			require.True(t, ok)
-			kept := runPrefixes(pending, locked, p)
+			kept := runPrefixes(pending, locked, chainSet(p.Chain), p.Limit)
 			slices.SortFunc(kept, func(a, b *lockedRow) int { return cmp.Compare(a.id, b.id) })
 			var got []string
 			for _, r := range kept {
@@ -127,7 +127,7 @@ func TestFrontScanPauses(t *testing.T) {
 		tx, err := db.BeginTx(ctx, s.core.TxOptions)
 		require.NoError(t, err)
 		defer tx.Rollback() //nolint:errcheck // read only
-		_, ok, err := s.readFront(ctx, tx, info, p, locked, last)
+		_, ok, err := s.readFront(ctx, tx, info, p, locked, chainSet(p.Chain), last)
 		require.NoError(t, err)
 		return ok
 	}

@@ -159,14 +159,15 @@ func (s *Store) keepRuns(ctx context.Context, tx *sql.Tx, info tableInfo, p outb
 		}
 		last[r.agg] = max(last[r.agg], r.id)
 	}
-	pending, ok, err := s.readFront(ctx, tx, info, p, locked, last)
+	chained := chainSet(p.Chain)
+	pending, ok, err := s.readFront(ctx, tx, info, p, locked, chained, last)
 	if err == nil && !ok {
 		pending, err = s.readRuns(ctx, tx, info, p, last)
 	}
 	if err != nil {
 		return nil, err
 	}
-	kept = append(kept, runPrefixes(pending, locked, p)...)
+	kept = append(kept, runPrefixes(pending, locked, chained, p.Limit)...)
 	slices.SortFunc(kept, func(a, b *lockedRow) int { return cmp.Compare(a.id, b.id) })
 	// Cutting at an id keeps every run a prefix: a run's earlier rows have smaller ids.
 	return kept[:min(len(kept), p.Limit)], nil
@@ -218,16 +219,21 @@ func scanRuns(ctx context.Context, tx *sql.Tx, query string, args []any, last ma
 	})
 }
 
-// runPrefixes is step (3): per aggregate, the longest prefix of rows that
-// the claim locked or that are in Chain (held by this relay's batches in
-// flight, which it publishes first: chained runs), keeping at most runCap
-// of the locked ones.
-func runPrefixes(pending map[aggKey][]int64, locked map[int64]*lockedRow, p outbox.ClaimParams) []*lockedRow {
-	chained := make(map[int64]bool, len(p.Chain))
-	for _, id := range p.Chain {
-		chained[id] = true
+// chainSet returns the ids of ClaimParams.Chain as a set.
+func chainSet(ids []int64) map[int64]bool {
+	set := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
 	}
-	most := runCap(p.Limit)
+	return set
+}
+
+// runPrefixes is step (3): per aggregate, the longest prefix of rows that
+// the claim locked or that are in Chain (chained: held by this relay's
+// batches in flight, which it publishes first: chained runs), keeping at
+// most runCap of the locked ones.
+func runPrefixes(pending map[aggKey][]int64, locked map[int64]*lockedRow, chained map[int64]bool, limit int) []*lockedRow {
+	most := runCap(limit)
 	var kept []*lockedRow
 	for _, ids := range pending {
 		slices.Sort(ids)
