@@ -161,84 +161,21 @@ func (c *chain) remove(b *batch) {
 // chained run whose earlier run ended during another wave waited up to a
 // round trip more per hand-over.
 func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
-	runs := runsOf(b.send)
-	next := make([]int, len(runs))     // per run, the position of its next message
-	busy := make([]bool, len(runs))    // the run's next message is at the broker
-	stopped := make([]bool, len(runs)) // publish no more of the run
-	closed := make([]bool, len(runs))  // the run's runDone is closed
-	b.errs = make([]error, len(b.send))
-	// finish tells a later batch's run of the same aggregate that run j is
-	// over: as soon as it is, not when the whole batch is, so that the
-	// later run does not wait for the waves of other aggregates' longer runs.
-	finish := func(j int) {
-		if closed[j] {
-			return
-		}
-		closed[j] = true
-		run := runs[j]
-		if rd := b.runs[keyOf(b.send[run[0]])]; rd != nil {
-			rd.ok = !stopped[j] && next[j] == len(run)
-			for _, i := range run[:next[j]] {
-				rd.ok = rd.ok && b.errs[i] == nil
-			}
-			close(rd.done)
-		}
-	}
-	defer func() {
-		for j, run := range runs {
-			for _, i := range run[next[j]:] {
-				b.errs[i] = errHeldBack
-			}
-			finish(j)
-		}
-	}()
-	// A row killed at claim time (malformed, attempts used, too large)
-	// stops its run where it stands: its later rows are not published.
-	killed := map[aggregateKey]int64{}
-	for _, d := range b.dead {
-		if m := d.msg; m.AggregateType != "" || m.AggregateID != "" {
-			if at, ok := killed[keyOf(m)]; !ok || m.RowID < at {
-				killed[keyOf(m)] = m.RowID
-			}
-		}
-	}
+	w := newWaves(b)
+	defer w.end()
 	deadline := b.start.Add(r.cfg.lease - r.cfg.publishTimeout)
 	// Each wave at the broker sends its results here; a run is in at most
 	// one wave, so there are never more waves than runs.
-	results := make(chan waveResult, len(runs))
+	results := make(chan waveResult, len(w.runs))
 	atBroker := 0
 	for {
-		var wave []*Message
-		var in []int        // the run of each message of wave
-		var wait []*runDone // earlier batches' runs that runs of this one wait for
-		for j, run := range runs {
-			if stopped[j] || busy[j] || next[j] == len(run) {
-				continue
-			}
-			m := b.send[run[next[j]]]
-			if at, ok := killed[keyOf(m)]; ok && m.RowID > at {
-				stopped[j] = true
-				finish(j)
-				continue
-			}
-			if next[j] == 0 {
-				if prev, failed := pendingRun(b.after[keyOf(m)]); failed {
-					stopped[j] = true
-					finish(j)
-					continue
-				} else if prev != nil {
-					wait = append(wait, prev)
-					continue
-				}
-			}
-			wave, in = append(wave, m), append(in, j)
-		}
+		wave, in, wait := w.nextWave()
 		// No time left for a wave, or the relay is stopping: what is not
 		// at the broker yet is given back, once what is there returned.
 		stopping := ctx.Err() != nil || bctx.Err() != nil || !time.Now().Before(deadline)
 		if len(wave) > 0 && !stopping {
 			for _, j := range in {
-				busy[j] = true
+				w.busy[j] = true
 			}
 			atBroker++
 			go func() { results <- waveResult{in: in, errs: r.publishOnce(bctx, wave)} }()
@@ -251,15 +188,110 @@ func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
 			continue // an earlier run is done, or time is up: look again
 		}
 		atBroker--
-		for w, j := range res.in {
-			b.errs[runs[j][next[j]]] = res.errs[w]
-			next[j]++
-			busy[j] = false
-			stopped[j] = stopped[j] || res.errs[w] != nil
-			if stopped[j] || next[j] == len(runs[j]) {
-				finish(j)
+		w.record(res)
+	}
+}
+
+// waves is where the publication of one batch's runs stands.
+type waves struct {
+	b       *batch
+	runs    [][]int // indexes into b.send, see runsOf
+	next    []int   // per run, the position of its next message
+	busy    []bool  // the run's next message is at the broker
+	stopped []bool  // publish no more of the run
+	closed  []bool  // the run's runDone is closed
+	// killed is, per aggregate, the first row that the claim found dead
+	// (malformed, attempts used, too large): it stops its run where it
+	// stands, its later rows are not published.
+	killed map[aggregateKey]int64
+}
+
+func newWaves(b *batch) *waves {
+	runs := runsOf(b.send)
+	w := &waves{b: b, runs: runs, next: make([]int, len(runs)), busy: make([]bool, len(runs)),
+		stopped: make([]bool, len(runs)), closed: make([]bool, len(runs)), killed: map[aggregateKey]int64{}}
+	b.errs = make([]error, len(b.send))
+	for _, d := range b.dead {
+		if m := d.msg; m.AggregateType != "" || m.AggregateID != "" {
+			if at, ok := w.killed[keyOf(m)]; !ok || m.RowID < at {
+				w.killed[keyOf(m)] = m.RowID
 			}
 		}
+	}
+	return w
+}
+
+// nextWave returns the next message of every run that may go on, with the
+// run of each in in, and the earlier batches' runs that runs of this batch
+// wait for. It stops the runs behind a killed row or a failed earlier run.
+func (w *waves) nextWave() (wave []*Message, in []int, wait []*runDone) {
+	for j, run := range w.runs {
+		if w.stopped[j] || w.busy[j] || w.next[j] == len(run) {
+			continue
+		}
+		m := w.b.send[run[w.next[j]]]
+		if at, ok := w.killed[keyOf(m)]; ok && m.RowID > at {
+			w.stop(j)
+			continue
+		}
+		if w.next[j] == 0 {
+			if prev, failed := pendingRun(w.b.after[keyOf(m)]); failed {
+				w.stop(j)
+				continue
+			} else if prev != nil {
+				wait = append(wait, prev)
+				continue
+			}
+		}
+		wave, in = append(wave, m), append(in, j)
+	}
+	return wave, in, wait
+}
+
+// record sets the results of one wave; a message that failed stops its run.
+func (w *waves) record(res waveResult) {
+	for k, j := range res.in {
+		w.b.errs[w.runs[j][w.next[j]]] = res.errs[k]
+		w.next[j]++
+		w.busy[j] = false
+		w.stopped[j] = w.stopped[j] || res.errs[k] != nil
+		if w.stopped[j] || w.next[j] == len(w.runs[j]) {
+			w.finish(j)
+		}
+	}
+}
+
+func (w *waves) stop(j int) {
+	w.stopped[j] = true
+	w.finish(j)
+}
+
+// finish tells a later batch's run of the same aggregate that run j is
+// over: as soon as it is, not when the whole batch is, so that the later
+// run does not wait for the waves of other aggregates' longer runs.
+func (w *waves) finish(j int) {
+	if w.closed[j] {
+		return
+	}
+	w.closed[j] = true
+	run := w.runs[j]
+	if rd := w.b.runs[keyOf(w.b.send[run[0]])]; rd != nil {
+		rd.ok = !w.stopped[j] && w.next[j] == len(run)
+		for _, i := range run[:w.next[j]] {
+			rd.ok = rd.ok && w.b.errs[i] == nil
+		}
+		close(rd.done)
+	}
+}
+
+// end gives back (errHeldBack) what was not published and finishes every
+// run.
+func (w *waves) end() {
+	for j, run := range w.runs {
+		for _, i := range run[w.next[j]:] {
+			w.b.errs[i] = errHeldBack
+		}
+		w.finish(j)
 	}
 }
 
