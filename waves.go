@@ -155,11 +155,8 @@ func (c *chain) remove(b *batch) {
 // which a message not published carries errHeldBack. A run that follows
 // the run of its aggregate in an earlier batch (b.after) starts once that
 // one is done, and only when it went through. ctx is Run's, which a stop
-// cancels; bctx is the batch's (see batchContext).
-// Until 2026-12-07 waves went in lockstep (wave i+1 after every result of
-// wave i), so a run that could go on waited for the wave under way: a
-// chained run whose earlier run ended during another wave waited up to a
-// round trip more per hand-over.
+// cancels; bctx is the batch's (see batchContext). Waves do not go in
+// lockstep: a run that may go on does not wait for other runs' waves.
 func (r *Relay) publishWaves(ctx, bctx context.Context, b *batch) {
 	w := newWaves(b)
 	defer w.end()
