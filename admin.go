@@ -52,7 +52,16 @@ type DeadMessage struct {
 	// PayloadSize is the payload's size in bytes, also when it was not read
 	// (DeadFilter.MaxPayload).
 	PayloadSize int64
+	// Behind is how many pending messages of its aggregate come after it
+	// (higher row ids), counted up to MaxDeadBehind: MaxDeadBehind+1 means
+	// more. With ordering and the dead policy DeadBlocks (the defaults)
+	// they wait until it is retried or discarded.
+	Behind int64
 }
+
+// MaxDeadBehind is the most pending messages behind a dead one that
+// [Admin.ListDead] counts ([DeadMessage].Behind).
+const MaxDeadBehind = 1000
 
 // ArchiveParams are the inputs of [Admin.Archive].
 type ArchiveParams struct {

@@ -198,7 +198,7 @@ func testDeadAndArchive(t *testing.T, db adminDB) {
 	// dead list: a table and JSON, filters applied by the store.
 	r := run(t.Context(), "dead", "list", "--db", db.dsn)
 	require.Equal(t, ExitOK, r.code, r.stderr)
-	require.Regexp(t, `(?m)^ROW\s+MESSAGE ID\s+EVENT TYPE\s+AGGREGATE\s+ATTEMPTS\s+DIED AT\s+REASON$`, r.stdout)
+	require.Regexp(t, `(?m)^ROW\s+MESSAGE ID\s+EVENT TYPE\s+AGGREGATE\s+BEHIND\s+ATTEMPTS\s+DIED AT\s+REASON$`, r.stdout)
 	require.Equal(t, poison, strings.Count(r.stdout, "schema registry rejected the payload"))
 	require.Contains(t, r.stdout, "order/POISON-0")
 	require.Contains(t, r.stdout, fmt.Sprintf("%d dead messages\n", poison))
@@ -211,6 +211,7 @@ func testDeadAndArchive(t *testing.T, db adminDB) {
 	for _, d := range dead {
 		require.Equal(t, "POISON", d.EventType)
 		require.Equal(t, 1, d.Attempts)
+		require.Zero(t, d.Behind, "each poison message is its aggregate's only one")
 		require.Equal(t, "acme", d.Headers["tenant"])
 		require.WithinDuration(t, time.Now(), d.DiedAt, time.Minute)
 	}
@@ -503,4 +504,18 @@ func TestDeadShowsExpired(t *testing.T) {
 		require.Regexp(t, `(?m)^reason:\s+expired at `, r.stdout)
 		require.Regexp(t, `(?m)^expires at:\s+`+exp.UTC().Format("2006-01-02T15:04:05"), r.stdout)
 	})
+}
+
+func TestBehindText(t *testing.T) {
+	for _, c := range []struct {
+		n    int64
+		want string
+	}{
+		{0, "0"},
+		{7, "7"},
+		{outbox.MaxDeadBehind, "1000"},
+		{outbox.MaxDeadBehind + 1, "1000+"},
+	} {
+		require.Equal(t, c.want, behindText(c.n), "%d", c.n)
+	}
 }

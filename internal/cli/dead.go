@@ -191,6 +191,10 @@ type deadJSON struct {
 	Headers       map[string]string `json:"headers,omitempty"`
 	Payload       json.RawMessage   `json:"payload"` // null when not read (over the command's limit)
 	PayloadSize   int64             `json:"payload_size"`
+	// Behind is how many pending messages of its aggregate come after it,
+	// counted up to outbox.MaxDeadBehind (one more means more): with
+	// ordering and dead_policy block they wait for it.
+	Behind int64 `json:"behind"`
 }
 
 func toDeadJSON(d outbox.DeadMessage) deadJSON {
@@ -207,6 +211,7 @@ func toDeadJSON(d outbox.DeadMessage) deadJSON {
 		EventType: m.EventType, Topic: m.Topic, PartitionKey: m.PartitionKey, CreatedAt: m.CreatedAt.UTC(),
 		DiedAt: d.DiedAt.UTC(), Attempts: d.Attempts, Reason: d.Reason, Headers: m.Headers, Payload: payload,
 		PayloadSize: d.PayloadSize, DeliverAt: utcOrNil(m.DeliverAt), ExpiresAt: utcOrNil(m.ExpiresAt),
+		Behind: d.Behind,
 	}
 }
 
@@ -257,14 +262,23 @@ const maxReason = 60
 
 func writeDeadTable(w io.Writer, dead []outbox.DeadMessage) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROW\tMESSAGE ID\tEVENT TYPE\tAGGREGATE\tATTEMPTS\tDIED AT\tREASON")
+	fmt.Fprintln(tw, "ROW\tMESSAGE ID\tEVENT TYPE\tAGGREGATE\tBEHIND\tATTEMPTS\tDIED AT\tREASON")
 	for _, d := range dead {
 		m := messageOf(d)
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s/%s\t%d\t%s\t%s\n", m.RowID, termsafe.String(m.MessageID),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s/%s\t%s\t%d\t%s\t%s\n", m.RowID, termsafe.String(m.MessageID),
 			termsafe.String(m.EventType), termsafe.String(m.AggregateType), termsafe.String(m.AggregateID),
-			d.Attempts, d.DiedAt.UTC().Format(time.DateTime), termsafe.String(shorten(d.Reason, maxReason)))
+			behindText(d.Behind), d.Attempts, d.DiedAt.UTC().Format(time.DateTime), termsafe.String(shorten(d.Reason, maxReason)))
 	}
 	return tw.Flush()
+}
+
+// behindText is a count of DeadMessage.Behind: "1000+" past the most
+// ListDead counts.
+func behindText(n int64) string {
+	if n > outbox.MaxDeadBehind {
+		return strconv.Itoa(outbox.MaxDeadBehind) + "+"
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // shorten puts s on one line and cuts it to at most n runes.
@@ -320,6 +334,7 @@ func deadShowCommand() *ucli.Command {
 				{"row id", strconv.FormatInt(j.RowID, 10)},
 				{"message id", j.MessageID},
 				{"aggregate", j.AggregateType + "/" + j.AggregateID},
+				{"pending behind it", behindText(j.Behind)},
 				{"event type", j.EventType},
 				{"topic", j.Topic},
 				{"partition key", j.PartitionKey},

@@ -78,6 +78,36 @@ func (s *suite) adminListDead(t *testing.T) {
 	require.JSONEq(t, `{"n":2}`, string(d.Message.Payload))
 	near(t, time.Now(), all[0].DiedAt, time.Minute, "DiedAt")
 	near(t, time.Now().Add(-2*time.Hour), all[2].DiedAt, time.Minute, "DiedAt of the old one")
+	for i, d := range all {
+		require.Zero(t, d.Behind, "dead row %d: the rows after it are sent, or of another aggregate", i)
+	}
+
+	// Behind counts the pending rows of the dead row's own aggregate after
+	// it: not a sent one, not one of an aggregate of another type with the
+	// same id.
+	later := f.write(
+		&outbox.Message{AggregateType: "order", AggregateID: "1", EventType: "ORDER_PAID", Payload: []byte(`{"n":5}`)},
+		&outbox.Message{AggregateType: "order", AggregateID: "1", EventType: "ORDER_PAID", Payload: []byte(`{"n":6}`)},
+		&outbox.Message{AggregateType: "order", AggregateID: "2", EventType: "ORDER_PAID", Payload: []byte(`{"n":7}`)},
+		&outbox.Message{AggregateType: "user", AggregateID: "3", EventType: "USER_CREATED", Payload: []byte(`{"n":8}`)},
+	)
+	f.exec("UPDATE {t} SET status = 1 WHERE id = ?", later[2])
+	all, err = a.ListDead(t.Context(), outbox.DeadFilter{})
+	require.NoError(t, err)
+	require.Len(t, all, 3)
+	for i, want := range []int64{2, 0, 1} {
+		require.Equal(t, want, all[i].Behind, "pending rows behind dead row %d", all[i].Message.RowID)
+	}
+	// The count stops after MaxDeadBehind: one more says "more".
+	many := make([]*outbox.Message, outbox.MaxDeadBehind+5)
+	for i := range many {
+		many[i] = newMsg("user", "3", i)
+	}
+	f.write(many...)
+	all, err = a.ListDead(t.Context(), outbox.DeadFilter{RowIDs: []int64{ids[4]}})
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	require.EqualValues(t, outbox.MaxDeadBehind+1, all[0].Behind, "a count past MaxDeadBehind")
 
 	for _, c := range []struct {
 		name string

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -110,6 +111,10 @@ func (d *Dialect) deadWhere(cols Columns, f outbox.DeadFilter) (string, []any, e
 	return strings.Join(conds, " AND "), args, nil
 }
 
+// MaxBehind is the most pending rows behind a dead one that ListDead
+// counts: it reports MaxBehind+1 for more (outbox.DeadMessage.Behind).
+const MaxBehind = outbox.MaxDeadBehind
+
 // ListDead lists the dead rows f matches (see outbox.Admin).
 func (c *Core) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.DeadMessage, error) {
 	cols, err := c.Columns(ctx, c.DB)
@@ -138,7 +143,38 @@ func (c *Core) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.Dead
 	if err != nil {
 		return nil, c.errorf("list dead", err)
 	}
+	if err := c.countBehind(ctx, out); err != nil {
+		return nil, c.errorf("list dead", err)
+	}
 	return out, nil
+}
+
+// behindSQL counts, up to MaxBehind+1, the pending rows of an aggregate
+// after a row id: its parameters are the aggregate's type and id and the
+// row id. One statement a dead row, not a subquery of listDeadSQL's:
+// MariaDB refuses a LIMIT where the count would refer to the outer row,
+// and without one a dead row with a million rows behind it took seconds.
+func (c *Core) behindSQL() string {
+	return "SELECT count(*) FROM (SELECT 1 FROM " + c.Table + " WHERE aggregate_type = ? AND aggregate_id = ?" +
+		" AND status = 0 AND id > ? LIMIT " + strconv.Itoa(MaxBehind+1) + ") AS b"
+}
+
+// countBehind sets the Behind of each of dead (outbox.DeadMessage.Behind).
+func (c *Core) countBehind(ctx context.Context, dead []outbox.DeadMessage) error {
+	q := c.Map.SQL(c.behindSQL())
+	for i := range dead {
+		m := dead[i].Message
+		if m == nil {
+			continue
+		}
+		err := c.Run.Query(ctx, q, []any{m.AggregateType, m.AggregateID, m.RowID}, func(rows Scanner) error {
+			return rows.Scan(&dead[i].Behind)
+		})
+		if err != nil {
+			return fmt.Errorf("count the rows behind row %d: %w", m.RowID, err)
+		}
+	}
+	return nil
 }
 
 // listDeadSQL is ListDead's statement for the condition where; its
@@ -170,6 +206,7 @@ func (c *Core) Statements(cols Columns, archive string) (map[string]string, erro
 	return map[string]string{
 		"list dead":         c.listDeadSQL(cols, where, 0),
 		"list dead partial": c.listDeadSQL(cols, where, 100),
+		"dead behind":       c.behindSQL(),
 		"retry dead":        fmt.Sprintf(c.D.RetryDead, c.Table, where, AdminBatch),
 		"discard dead":      fmt.Sprintf(c.D.DiscardDead, c.Table, where, AdminBatch),
 		"archive copy":      "INSERT INTO " + archive + " (id) SELECT id FROM " + c.Table + in,
