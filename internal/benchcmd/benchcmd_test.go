@@ -392,6 +392,10 @@ func TestConfigValidate(t *testing.T) {
 		{"MatrixWithReference", Config{DB: "postgres://db/x", Matrix: "shapes", Reference: true}, []string{"matrix: it runs the outbox relay only"}},
 		{"MatrixWithChart", Config{Matrix: "shapes", Chart: "x.svg"}, []string{"matrix: it has no latency test to chart"}},
 		{"BadAggregatesAndCount", Config{Aggregates: -1, Count: 101}, []string{"aggregates: -1", "count: 101"}},
+		{"SentRowsAndContractIndexes", Config{SentRows: 1_000_000, ContractIndexes: true}, nil},
+		{"BadSentRows", Config{SentRows: -1}, []string{"sent rows: -1 is not between 0 and 100000000"}},
+		{"SentRowsWriterDeletes", Config{DB: "postgres://db/x", Source: SourceCDC, WriterDeletes: true, SkipBaseline: true, SentRows: 5},
+			[]string{"sent rows: writers that delete their rows leave none to keep"}},
 		{"ReferenceWithoutDrain", Config{DB: "postgres://db/x", Reference: true, Tests: []string{"latency"}},
 			[]string{"reference: it runs in the drain test, which is not run"}},
 	}

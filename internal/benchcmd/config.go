@@ -204,6 +204,18 @@ type Config struct {
 	// flight, which the run's pool allows for. Exclusive with BatchLease.
 	HeldClaims bool
 
+	// ContractIndexes leaves the run's table with only the contract's
+	// indexes, (status, next_retry_at) and (aggregate_type, aggregate_id),
+	// as a team's own table made from docs/table-contract.md has them: the
+	// run drops the indexes Migrate adds for claims (the store's
+	// MissingIndexes must then list them), so the drains measure claims on
+	// the contract's indexes.
+	ContractIndexes bool
+	// SentRows is how many sent rows (status 1) the table keeps ahead of
+	// every test's messages, as a table keeping a week of history does:
+	// written once, before the first test, and kept by every test. 0: none.
+	SentRows int
+
 	// JSON writes the report to out as JSON instead of a table.
 	JSON bool
 	// Chart, when set, is a file to write a chart of latency over time to
@@ -279,6 +291,8 @@ func (c Config) validate() error {
 		seen[t] = true
 	}
 	check(c.Rows >= 1 && c.Rows <= 100_000_000, "rows: %d is not between 1 and 100000000", c.Rows)
+	check(c.SentRows >= 0 && c.SentRows <= 100_000_000, "sent rows: %d is not between 0 and 100000000", c.SentRows)
+	check(c.SentRows == 0 || !c.WriterDeletes, "sent rows: writers that delete their rows leave none to keep")
 	check(c.TxRows >= 1 && c.TxRows <= 1_000_000, "tx rows: %d is not between 1 and 1000000", c.TxRows)
 	check(c.Rate >= 1 && c.Rate <= 1_000_000, "rate: %d is not between 1 and 1000000 per second", c.Rate)
 	check(c.Duration >= time.Second, "duration: %v is shorter than 1s", c.Duration)

@@ -3,6 +3,7 @@ package benchcmd
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -238,4 +239,53 @@ func TestWriteMatrix(t *testing.T) {
 	require.Equal(t, []string{"defaults", "100", "1", "1", "5,000", "12,000", "(11,000-13,000)", "2,600", "(2,000-3,000)", "0.22", "(rounds", "0.18-0.23,", "median", "0.21)"},
 		strings.Fields(lines[2]))
 	require.Equal(t, []string{"-", "1000", "4", "3", "100", "27,000", "-", "-"}, strings.Fields(lines[3]))
+}
+
+// TestContractIndexesAndSentRows runs drains on a table as a team makes it
+// from the contract, on every database: only the contract's indexes (the
+// store misses Migrate's, and says so), with sent rows kept ahead of the
+// backlog over the same aggregates. The kept rows are never published and
+// stay through the reset between tests; the next test's backlog drains too.
+func TestContractIndexesAndSentRows(t *testing.T) {
+	t.Parallel()
+	dbs := map[string]func(t *testing.T) string{"sqlite": func(t *testing.T) string { return "" }}
+	maps.Copy(dbs, serverDBs)
+	for db, newDSN := range dbs {
+		t.Run(db, func(t *testing.T) {
+			t.Parallel()
+			const rows, sent = 400, 300
+			cfg := Config{DB: newDSN(t), Rows: rows, Aggregates: 7, Ordering: true, BatchSize: 100, MaxInFlight: 2,
+				ContractIndexes: true, SentRows: sent}.withDefaults()
+			require.NoError(t, cfg.validate())
+			dir := t.TempDir()
+			name := "contract_" + randomHex(4)
+			d, err := openDatabase(t.Context(), cfg, dir, name)
+			require.NoError(t, err)
+			t.Cleanup(d.close)
+			missing, err := d.store.(outbox.IndexChecker).MissingIndexes(t.Context())
+			require.NoError(t, err)
+			require.Len(t, missing, 2, "Migrate's claim indexes are gone")
+			br, err := openBroker(t.Context(), "", dir, name, 4096)
+			require.NoError(t, err)
+			t.Cleanup(br.close)
+			r := &run{cfg: cfg, db: d, br: br, prog: newProgress(nil)}
+			require.NoError(t, r.keepSent(t.Context()))
+
+			count := func(where string) (n int) {
+				require.NoError(t, d.sqlDB.QueryRowContext(t.Context(), "SELECT count(*) FROM "+d.table+" WHERE "+where).Scan(&n))
+				return n
+			}
+			require.Equal(t, sent, count("status = 1"))
+			require.Zero(t, count("status <> 1"))
+			for range 2 { // a test, then the next one after a reset
+				res, err := r.drain(t.Context(), relayOutbox) // checkDelivered: the stream holds rows messages, none of the kept
+				require.NoError(t, err)
+				require.True(t, res.Complete)
+				require.Equal(t, rows, res.Delivered)
+				require.Equal(t, sent+rows, count("status = 1"))
+			}
+			require.NoError(t, r.reset(t.Context()))
+			require.Equal(t, sent, count("1 = 1"), "the kept rows outlive a reset")
+		})
+	}
 }

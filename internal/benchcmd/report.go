@@ -77,6 +77,12 @@ func writeHeader(b *strings.Builder, rep *Report) {
 	if s.WriterDeletes {
 		b.WriteString(", writers delete their rows")
 	}
+	if s.ContractIndexes {
+		b.WriteString(", only the contract's indexes")
+	}
+	if s.SentRows > 0 {
+		b.WriteString(", " + thousands(float64(s.SentRows)) + " sent rows kept ahead")
+	}
 	if s.Payload == PayloadBinary {
 		b.WriteString(", binary payloads (" + ContentTypeBinary + ")")
 	}

@@ -89,6 +89,9 @@ type Settings struct {
 	Ordering         bool    `json:"ordering"`
 	NoSlots          bool    `json:"no_slots,omitempty"` // ordered relays without slots
 	Aggregates       int     `json:"aggregates"`         // the messages are spread over this many, round-robin
+	// ContractIndexes: the table had only the contract's indexes (Config.ContractIndexes).
+	ContractIndexes bool `json:"contract_indexes,omitempty"`
+	SentRows        int  `json:"sent_rows,omitempty"` // sent rows the table kept ahead of each test's messages
 }
 
 // DrainResult is one relay's drain test: a preloaded backlog published.
@@ -158,6 +161,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	defer br.close()
 
 	r := &run{cfg: cfg, db: db, br: br, prog: newProgress(cfg.Progress)}
+	if err := r.keepSent(ctx); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
 	rep := newReport(cfg, db, br)
 	if cfg.Matrix != "" {
 		if rep.Matrix, err = r.matrix(ctx); err != nil {
@@ -194,7 +200,8 @@ func newReport(cfg Config, db *database, br *broker) *Report {
 			AsyncCommit: cfg.AsyncCommit && db.kind == "postgres", Notify: !cfg.NoNotify && db.kind == "postgres",
 			BatchLease: cfg.BatchLease && db.kind == "postgres", HeldClaims: cfg.HeldClaims && db.kind == "postgres",
 			Writers: cfg.Writers, Ordering: cfg.Ordering, NoSlots: cfg.NoSlots && cfg.Ordering, Aggregates: cfg.Aggregates, Source: cfg.Source,
-			WriterDeletes: cfg.WriterDeletes, Payload: cmp.Or(cfg.Payload, PayloadJSON)},
+			WriterDeletes: cfg.WriterDeletes, Payload: cmp.Or(cfg.Payload, PayloadJSON),
+			ContractIndexes: cfg.ContractIndexes, SentRows: cfg.SentRows},
 	}
 	if rep.Settings.Notify {
 		rep.Settings.NotifyIntervalMs = float64(max(cfg.NotifyInterval, 0)) / float64(time.Millisecond)
@@ -491,10 +498,26 @@ func (r *run) checkDelivered(ctx context.Context, rows int) error {
 }
 
 // preload writes rows messages in transactions of Config.TxRows.
-func (r *run) preload(ctx context.Context, rows int) error {
+func (r *run) preload(ctx context.Context, rows int) error { return r.write(ctx, "preload", rows) }
+
+// keepSent writes Config.SentRows messages and marks them sent, the
+// history the table keeps through every test (database.clear leaves them).
+func (r *run) keepSent(ctx context.Context) error {
+	if r.cfg.SentRows == 0 {
+		return nil
+	}
+	if err := r.write(ctx, "sent rows", r.cfg.SentRows); err != nil {
+		return err
+	}
+	return r.db.markSent(ctx)
+}
+
+// write writes rows messages in transactions of Config.TxRows, showing
+// progress as label, then refreshes the planner's statistics.
+func (r *run) write(ctx context.Context, label string, rows int) error {
 	chunk := r.cfg.TxRows
 	var done atomic.Int64
-	stopBar := r.prog.show("preload", func() (float64, string) {
+	stopBar := r.prog.show(label, func() (float64, string) {
 		n := done.Load()
 		return float64(n) / float64(rows), fmt.Sprintf("%d/%d rows", n, rows)
 	})
@@ -506,14 +529,12 @@ func (r *run) preload(ctx context.Context, rows int) error {
 			msgs[j] = message(i+j, r.cfg.Aggregates, r.cfg.Payload == PayloadBinary)
 		}
 		if err := r.db.write(ctx, msgs); err != nil {
-			return fmt.Errorf("preload: %w", err)
+			return fmt.Errorf("%s: %w", label, err)
 		}
 		done.Add(int64(n))
 	}
-	if r.db.analyze != "" {
-		if _, err := r.db.sqlDB.ExecContext(ctx, r.db.analyze); err != nil {
-			return fmt.Errorf("preload: %s: %w", r.db.analyze, err)
-		}
+	if err := r.db.refreshStats(ctx); err != nil {
+		return fmt.Errorf("%s: %w", label, err)
 	}
 	return nil
 }

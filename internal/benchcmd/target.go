@@ -49,7 +49,10 @@ type database struct {
 	payloadText string
 	// analyze refreshes the planner's statistics after a preload ("" for none).
 	analyze string
-	closers []func()
+	// keptUpTo is the last row of the sent rows the table keeps through
+	// every test (Config.SentRows); 0 for none.
+	keptUpTo int64
+	closers  []func()
 }
 
 // close drops the table and closes what openDatabase opened.
@@ -70,10 +73,69 @@ func (d *database) close() {
 	}
 }
 
-// clear deletes every row, between tests.
+// clear deletes every row but the sent rows kept (markSent), between tests.
 func (d *database) clear(ctx context.Context) error {
-	if _, err := d.sqlDB.ExecContext(ctx, "DELETE FROM "+d.table); err != nil {
+	if _, err := d.sqlDB.ExecContext(ctx, "DELETE FROM "+d.table+" WHERE id > "+d.bind, d.keptUpTo); err != nil {
 		return fmt.Errorf("clear table %s: %w", d.table, err)
+	}
+	return nil
+}
+
+// markSent marks every row sent (status 1) and keeps them: clear deletes
+// only the rows written after them.
+func (d *database) markSent(ctx context.Context) error {
+	if _, err := d.sqlDB.ExecContext(ctx, "UPDATE "+d.table+" SET status = 1 WHERE status = 0"); err != nil {
+		return fmt.Errorf("mark the sent rows of %s: %w", d.table, err)
+	}
+	if err := d.sqlDB.QueryRowContext(ctx, "SELECT COALESCE(max(id), 0) FROM "+d.table).Scan(&d.keptUpTo); err != nil {
+		return fmt.Errorf("read the last sent row of %s: %w", d.table, err)
+	}
+	return d.refreshStats(ctx)
+}
+
+// refreshStats refreshes the planner's statistics of the table, after a
+// preload (on PostgreSQL also a VACUUM, as autovacuum would have done to a
+// table that kept its rows for a while).
+func (d *database) refreshStats(ctx context.Context) error {
+	if d.analyze == "" {
+		return nil
+	}
+	if _, err := d.sqlDB.ExecContext(ctx, d.analyze); err != nil {
+		return fmt.Errorf("%s: %w", d.analyze, err)
+	}
+	return nil
+}
+
+// contractIndexes drops the indexes Migrate adds for claims, leaving the
+// contract's (Config.ContractIndexes), and makes sure that the store then
+// misses them: a store that learnt other index names fails the run
+// instead of measuring a table that is not what it says.
+func (d *database) contractIndexes(ctx context.Context) error {
+	var drops []string
+	switch d.kind {
+	case "postgres":
+		drops = []string{"DROP INDEX " + d.table + "_pending_idx", "DROP INDEX " + d.table + "_head_idx"}
+	case "mysql":
+		drops = []string{"DROP INDEX idx_status_id ON " + d.table, "DROP INDEX idx_status_aggregate ON " + d.table}
+	default:
+		drops = []string{"DROP INDEX " + d.table + "_pending", "DROP INDEX " + d.table + "_head"}
+	}
+	for _, q := range drops {
+		if _, err := d.sqlDB.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("leave only the contract's indexes: %s: %w", q, err)
+		}
+	}
+	ic, ok := d.store.(outbox.IndexChecker)
+	if !ok {
+		return fmt.Errorf("leave only the contract's indexes: the %s store does not list missing indexes", d.kind)
+	}
+	missing, err := ic.MissingIndexes(ctx)
+	if err != nil {
+		return fmt.Errorf("leave only the contract's indexes: %w", err)
+	}
+	if len(missing) != len(drops) {
+		return fmt.Errorf("leave only the contract's indexes: the store misses %d indexes after %d were dropped: %v",
+			len(missing), len(drops), missing)
 	}
 	return nil
 }
@@ -123,6 +185,11 @@ func openDatabase(ctx context.Context, cfg Config, dir, table string) (_ *databa
 	if m, ok := d.store.(outbox.Migrator); ok {
 		if err := m.Migrate(ctx); err != nil {
 			return nil, fmt.Errorf("create table %s: %w", table, err)
+		}
+	}
+	if cfg.ContractIndexes {
+		if err := d.contractIndexes(ctx); err != nil {
+			return nil, err
 		}
 	}
 	return d, nil

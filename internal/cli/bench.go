@@ -79,6 +79,8 @@ func benchFlags() []ucli.Flag {
 			Value: benchcmd.DefaultNotifyInterval},
 		&ucli.BoolFlag{Name: "batch-lease", Usage: "PostgreSQL: lease each batch with one row of a side table, not every row"},
 		&ucli.BoolFlag{Name: "held-claims", Usage: "PostgreSQL: lock each batch in a transaction held open while it is published, and settle it there"},
+		&ucli.BoolFlag{Name: "contract-indexes", Usage: "give the run's table only the contract's indexes, (status, next_retry_at) and (aggregate_type, aggregate_id), as a table made by hand from docs/table-contract.md has: drop those outbox migrate adds for claims"},
+		&ucli.IntFlag{Name: "sent-rows", Usage: "keep `N` sent rows in the table ahead of every test's messages, over the same aggregates, as a table holding a week of history does"},
 		&ucli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 		&ucli.StringFlag{Name: "chart", Usage: "write a chart of latency over time to `FILE` (.svg)", TakesFile: true},
 		&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (pprof) of the outbox relay's test to `FILE` (FILE.drain / FILE.latency with both tests)", TakesFile: true},
@@ -112,6 +114,7 @@ func benchConfig(cmd *ucli.Command) benchcmd.Config {
 		CPUProfile:     cmd.String("cpuprofile"),
 		NotifyInterval: cmd.Duration("notify-interval"), Ordering: cmd.Bool("ordering"),
 		Aggregates: cmd.Int("aggregates"), Matrix: cmd.String("matrix"), Count: cmd.Int("count"),
+		ContractIndexes: cmd.Bool("contract-indexes"), SentRows: cmd.Int("sent-rows"),
 	}
 	if cfg.NotifyInterval == 0 {
 		cfg.NotifyInterval = -1 // every write: Config's zero means its default
