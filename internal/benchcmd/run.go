@@ -497,11 +497,21 @@ func (r *run) checkDelivered(ctx context.Context, rows int) error {
 	}
 }
 
-// preload writes rows messages in transactions of Config.TxRows.
-func (r *run) preload(ctx context.Context, rows int) error { return r.write(ctx, "preload", rows) }
+// preload writes rows messages in transactions of Config.TxRows, then
+// refreshes the planner's statistics.
+func (r *run) preload(ctx context.Context, rows int) error {
+	if err := r.write(ctx, "preload", rows); err != nil {
+		return err
+	}
+	if err := r.db.refreshStats(ctx); err != nil {
+		return fmt.Errorf("preload: %w", err)
+	}
+	return nil
+}
 
-// keepSent writes Config.SentRows messages and marks them sent, the
-// history the table keeps through every test (database.clear leaves them).
+// keepSent writes Config.SentRows messages and marks them sent (markSent
+// refreshes the statistics once, after both), the history the table keeps
+// through every test (database.clear leaves them).
 func (r *run) keepSent(ctx context.Context) error {
 	if r.cfg.SentRows == 0 {
 		return nil
@@ -513,7 +523,7 @@ func (r *run) keepSent(ctx context.Context) error {
 }
 
 // write writes rows messages in transactions of Config.TxRows, showing
-// progress as label, then refreshes the planner's statistics.
+// progress as label.
 func (r *run) write(ctx context.Context, label string, rows int) error {
 	chunk := r.cfg.TxRows
 	var done atomic.Int64
@@ -532,9 +542,6 @@ func (r *run) write(ctx context.Context, label string, rows int) error {
 			return fmt.Errorf("%s: %w", label, err)
 		}
 		done.Add(int64(n))
-	}
-	if err := r.db.refreshStats(ctx); err != nil {
-		return fmt.Errorf("%s: %w", label, err)
 	}
 	return nil
 }

@@ -111,10 +111,6 @@ func (d *Dialect) deadWhere(cols Columns, f outbox.DeadFilter) (string, []any, e
 	return strings.Join(conds, " AND "), args, nil
 }
 
-// MaxBehind is the most pending rows behind a dead one that ListDead
-// counts: it reports MaxBehind+1 for more (outbox.DeadMessage.Behind).
-const MaxBehind = outbox.MaxDeadBehind
-
 // ListDead lists the dead rows f matches (see outbox.Admin).
 func (c *Core) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.DeadMessage, error) {
 	cols, err := c.Columns(ctx, c.DB)
@@ -149,14 +145,15 @@ func (c *Core) ListDead(ctx context.Context, f outbox.DeadFilter) ([]outbox.Dead
 	return out, nil
 }
 
-// behindSQL counts, up to MaxBehind+1, the pending rows of an aggregate
-// after a row id: its parameters are the aggregate's type and id and the
-// row id. One statement a dead row, not a subquery of listDeadSQL's:
-// MariaDB refuses a LIMIT where the count would refer to the outer row,
-// and without one a dead row with a million rows behind it took seconds.
+// behindSQL counts, up to outbox.MaxDeadBehind+1 (which means more), the
+// pending rows of an aggregate after a row id: its parameters are the
+// aggregate's type and id and the row id. One statement a dead row, not a
+// subquery of listDeadSQL's: MariaDB refuses a LIMIT where the count would
+// refer to the outer row, and without one a dead row with a million rows
+// behind it took over a minute.
 func (c *Core) behindSQL() string {
 	return "SELECT count(*) FROM (SELECT 1 FROM " + c.Table + " WHERE aggregate_type = ? AND aggregate_id = ?" +
-		" AND status = 0 AND id > ? LIMIT " + strconv.Itoa(MaxBehind+1) + ") AS b"
+		" AND status = 0 AND id > ? LIMIT " + strconv.Itoa(outbox.MaxDeadBehind+1) + ") AS b"
 }
 
 // countBehind sets the Behind of each of dead (outbox.DeadMessage.Behind).
