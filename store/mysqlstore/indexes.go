@@ -29,8 +29,8 @@ func (s *Store) MissingIndexes(ctx context.Context) ([]outbox.TableProblem, erro
 		{claimIndex(lead), "(status, id)", "idx_status_id", "(status, id)",
 			"claims read the (status, next_retry_at) index: rows due again first, then rows never claimed, in id order"},
 		{headIndex(lead), "(status, aggregate_type, aggregate_id)", "idx_status_aggregate", "(status, aggregate_type, aggregate_id, id)",
-			"ordered claims walk every due row until they have a batch of heads, and find each aggregate's earlier rows " +
-				"through the (aggregate_type, aggregate_id) index, which costs as many rows as the table keeps of that aggregate"},
+			"ordered claims read each aggregate's earlier rows in ranges of the (status, next_retry_at) index, checked " +
+				"against the aggregates: about the rows in front of the claim, never the table's sent rows"},
 	} {
 		if ix.found != "" {
 			continue
