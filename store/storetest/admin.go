@@ -82,32 +82,7 @@ func (s *suite) adminListDead(t *testing.T) {
 		require.Zero(t, d.Behind, "dead row %d: the rows after it are sent, or of another aggregate", i)
 	}
 
-	// Behind counts the pending rows of the dead row's own aggregate after
-	// it: not a sent one, not one of an aggregate of another type with the
-	// same id.
-	later := f.write(
-		&outbox.Message{AggregateType: "order", AggregateID: "1", EventType: "ORDER_PAID", Payload: []byte(`{"n":5}`)},
-		&outbox.Message{AggregateType: "order", AggregateID: "1", EventType: "ORDER_PAID", Payload: []byte(`{"n":6}`)},
-		&outbox.Message{AggregateType: "order", AggregateID: "2", EventType: "ORDER_PAID", Payload: []byte(`{"n":7}`)},
-		&outbox.Message{AggregateType: "user", AggregateID: "3", EventType: "USER_CREATED", Payload: []byte(`{"n":8}`)},
-	)
-	f.exec("UPDATE {t} SET status = 1 WHERE id = ?", later[2])
-	all, err = a.ListDead(t.Context(), outbox.DeadFilter{})
-	require.NoError(t, err)
-	require.Len(t, all, 3)
-	for i, want := range []int64{2, 0, 1} {
-		require.Equal(t, want, all[i].Behind, "pending rows behind dead row %d", all[i].Message.RowID)
-	}
-	// The count stops after MaxDeadBehind: one more says "more".
-	many := make([]*outbox.Message, outbox.MaxDeadBehind+5)
-	for i := range many {
-		many[i] = newMsg("user", "3", i)
-	}
-	f.write(many...)
-	all, err = a.ListDead(t.Context(), outbox.DeadFilter{RowIDs: []int64{ids[4]}})
-	require.NoError(t, err)
-	require.Len(t, all, 1)
-	require.EqualValues(t, outbox.MaxDeadBehind+1, all[0].Behind, "a count past MaxDeadBehind")
+	checkDeadBehind(t, f, a, ids[4])
 
 	for _, c := range []struct {
 		name string
@@ -135,6 +110,37 @@ func (s *suite) adminListDead(t *testing.T) {
 		require.Equal(t, c.want, gotIDs, c.name)
 	}
 	require.EqualValues(t, 3, f.count("status = 2"), "listing changed nothing")
+}
+
+// checkDeadBehind checks DeadMessage.Behind on deadFixture's dead rows:
+// it counts the pending rows of the dead row's own aggregate after it, not
+// a sent one, not one of an aggregate of another type with the same id, and
+// stops after MaxDeadBehind. userDead is the dead row of user 3.
+func checkDeadBehind(t *testing.T, f *fx, a outbox.Admin, userDead int64) {
+	t.Helper()
+	later := f.write(
+		&outbox.Message{AggregateType: "order", AggregateID: "1", EventType: "ORDER_PAID", Payload: []byte(`{"n":5}`)},
+		&outbox.Message{AggregateType: "order", AggregateID: "1", EventType: "ORDER_PAID", Payload: []byte(`{"n":6}`)},
+		&outbox.Message{AggregateType: "order", AggregateID: "2", EventType: "ORDER_PAID", Payload: []byte(`{"n":7}`)},
+		&outbox.Message{AggregateType: "user", AggregateID: "3", EventType: "USER_CREATED", Payload: []byte(`{"n":8}`)},
+	)
+	f.exec("UPDATE {t} SET status = 1 WHERE id = ?", later[2])
+	all, err := a.ListDead(t.Context(), outbox.DeadFilter{})
+	require.NoError(t, err)
+	require.Len(t, all, 3)
+	for i, want := range []int64{2, 0, 1} {
+		require.Equal(t, want, all[i].Behind, "pending rows behind dead row %d", all[i].Message.RowID)
+	}
+	// The count stops after MaxDeadBehind: one more says "more".
+	many := make([]*outbox.Message, outbox.MaxDeadBehind+5)
+	for i := range many {
+		many[i] = newMsg("user", "3", i)
+	}
+	f.write(many...)
+	all, err = a.ListDead(t.Context(), outbox.DeadFilter{RowIDs: []int64{userDead}})
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	require.EqualValues(t, outbox.MaxDeadBehind+1, all[0].Behind, "a count past MaxDeadBehind")
 }
 
 func (s *suite) adminRetryDead(t *testing.T) {
