@@ -14,7 +14,8 @@ import (
 //
 // A runs claim is one statement: it locks candidates as the unordered claim
 // does (the due pending rows in id order from the claim cursor, FOR UPDATE
-// SKIP LOCKED), reads, for each aggregate among them, every pending (or
+// SKIP LOCKED; on a table with only the contract's indexes, the first due
+// rows of a few aggregates: statusCandidates), reads, for each aggregate among them, every pending (or
 // dead, when dead rows block) row up to its last candidate in the
 // statement's snapshot, and keeps a candidate only when every one of those
 // rows before it is a candidate too: each aggregate gives a run, a prefix of
@@ -80,6 +81,9 @@ func slotRest(rest string) string {
 func slotCandidates(cand, async string) string {
 	i := strings.Index(cand, "cand AS (")
 	head, sel := cand[:i], cand[i+len("cand AS ("):]
+	// Candidates chosen by aggregate (statusCandidates) take the slot's
+	// aggregates first.
+	head = strings.Replace(head, "\n\tORDER BY first\n", "\n\tORDER BY "+slotHash+" IS DISTINCT FROM $7::bigint, first\n", 1)
 	sel = sel[:strings.LastIndex(sel, ")")]
 	mine := strings.Replace(sel, "\n\tORDER BY o.id", "\n\t  AND "+slotHash+" = $7::bigint\n\tORDER BY o.id", 1)
 	others := strings.Replace(sel, "\n\tORDER BY o.id", "\n\t  AND "+slotHash+" IS DISTINCT FROM $7::bigint\n\tORDER BY o.id", 1)
@@ -154,22 +158,13 @@ SELECT u.*, f.full FROM (SELECT count(*) >= $1 AS full FROM cand) AS f LEFT JOIN
 )`, table, async)
 		out[i].fromCursor = payloadParam(fromCursor+rest, 6)
 		out[i].slotFromCursor = payloadParam(slotCandidates(fromCursor, async)+slotRest(rest), 8)
-		// Without the pending index the candidates come, as in the
-		// unordered claim (claimStatus), from a window of the (status,
-		// next_retry_at) index: the rows due again, then the rows never
-		// claimed; they need not be the first due rows in id order, which
-		// the prefix rule does not need.
-		byStatus := fmt.Sprintf(statusWindow+`, cand AS (
-	SELECT o.id, o.aggregate_type, o.aggregate_id FROM %[1]s AS o
-	WHERE o.id = ANY (ARRAY(SELECT id FROM due UNION ALL SELECT id FROM fresh))
-	  AND o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
-	  AND o.id > $3 AND o.id <= $4%[2]s
-	ORDER BY o.id
-	LIMIT $1
-	FOR UPDATE OF o SKIP LOCKED
-)`, table, async)
-		out[i].byStatus = payloadParam(byStatus+rest, 6)
-		out[i].slotByStatus = payloadParam(slotCandidates(byStatus, async)+slotRest(rest), 8)
+		byStatus, statusRest, slotStatusRest := statusCandidates(table, async, headIndex), rest, slotRest(rest)
+		if !headIndex {
+			statusRest = strings.Replace(statusRest, "count(*) >= $1 AS full", windowFull, 1)
+			slotStatusRest = strings.Replace(slotStatusRest, "count(*) >= $1 AS full", windowFull, 1)
+		}
+		out[i].byStatus = payloadParam(byStatus+statusRest, 6)
+		out[i].slotByStatus = payloadParam(slotCandidates(byStatus, async)+slotStatusRest, 8)
 	}
 	return out
 }
@@ -237,6 +232,74 @@ func (s *Store) claimRuns(ctx context.Context, q *queries, p outbox.ClaimParams)
 	sortClaim(claim)
 	return claim, nil
 }
+
+// windowFull is the flag "full" of a runs claim whose candidates are
+// chosen by aggregate (statusCandidates): the candidates filled the limit,
+// or the window was full, so that more due rows, of other aggregates, may
+// lie beyond it. A short claim then goes on with the heads claim, as when
+// the candidates were the window's first rows.
+const windowFull = "(count(*) >= $1 OR (SELECT count(*) FROM win) >= greatest(4 * $1, 256)) AS full"
+
+// statusCandidates returns the candidates of a runs claim on a table
+// without the pending index: $1 limit, $3 and $4 the ids (lo, hi] of the
+// claim cursor. They come, as in the unordered claim (claimStatus), from a
+// window of the (status, next_retry_at) index: the rows due again, then the
+// rows never claimed. They need not be the first due rows in id order,
+// which the prefix rule does not need.
+//
+// With the head index, the candidates are the window's first rows. Without
+// it, the runs claim reads the earlier rows of each candidate's aggregate
+// through (aggregate_type, aggregate_id), which holds every row the table
+// keeps of it, sent ones too, so each aggregate costs what its history
+// costs. There the window only chooses aggregates, by their first row in
+// it, and the candidates are the first due rows of each, up to the run's
+// cap, aggregate by aggregate until the limit: a claim reads a few
+// histories for a whole batch, where one candidate per aggregate (the
+// shape of a backlog spread over many aggregates) read one history per
+// row. A row with no aggregate in the window is a candidate as before.
+func statusCandidates(table, async string, headIndex bool) string {
+	if headIndex {
+		return fmt.Sprintf(statusWindow+statusCandSQL, table, async, "SELECT id FROM due UNION ALL SELECT id FROM fresh")
+	}
+	window := strings.ReplaceAll(statusWindow, "SELECT w.id FROM", "SELECT w.id, w.aggregate_type, w.aggregate_id FROM")
+	return fmt.Sprintf(window+byAggregateSQL+statusCandSQL, table, async,
+		"SELECT id FROM picks UNION ALL SELECT id FROM win WHERE aggregate_type IS NULL OR aggregate_id IS NULL")
+}
+
+// byAggregateSQL chooses the candidates by aggregate (statusCandidates),
+// after the window read with the rows' aggregates, once. picks reads the
+// aggregates in the order of aggs and stops at the limit: a nested loop
+// over them, one (aggregate_type, aggregate_id) range each, as many as it
+// needs. cand checks again that the rows it locks are due.
+const byAggregateSQL = `, win AS (
+	SELECT * FROM due UNION ALL SELECT * FROM fresh
+), aggs AS (
+	SELECT o.aggregate_type, o.aggregate_id, min(o.id) AS first FROM win AS o
+	WHERE o.aggregate_type IS NOT NULL AND o.aggregate_id IS NOT NULL
+	GROUP BY o.aggregate_type, o.aggregate_id
+	ORDER BY first
+	LIMIT $1
+), picks AS (
+	SELECT r.id FROM aggs AS a, LATERAL (
+		SELECT h.id FROM %[1]s AS h
+		WHERE h.aggregate_type = a.aggregate_type AND h.aggregate_id = a.aggregate_id
+		  AND h.status = 0 AND (h.next_retry_at IS NULL OR h.next_retry_at <= now())
+		ORDER BY h.id
+		LIMIT greatest($1 / 4, 1)) AS r
+	LIMIT $1
+)`
+
+// statusCandSQL locks the candidates of statusCandidates: %[1]s the table,
+// %[2]s the async-commit filter, %[3]s the query of their ids.
+const statusCandSQL = `, cand AS (
+	SELECT o.id, o.aggregate_type, o.aggregate_id FROM %[1]s AS o
+	WHERE o.id = ANY (ARRAY(%[3]s))
+	  AND o.status = 0 AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
+	  AND o.id > $3 AND o.id <= $4%[2]s
+	ORDER BY o.id
+	LIMIT $1
+	FOR UPDATE OF o SKIP LOCKED
+)`
 
 // runsStatement returns the runs claim statement for p on a table with
 // the indexes ix, and its arguments after the limit, the lease and the

@@ -93,3 +93,35 @@ func TestRunsClaimLeavesRoomForOthers(t *testing.T) {
 	}
 	require.Equal(t, []string{"hot#0", "hot#1", "b#0"}, got)
 }
+
+// TestRunsClaimByAggregateOnContractTable checks how a runs claim picks
+// its candidates on a table with only the contract's indexes, where each
+// aggregate it takes costs a read of every row the table keeps of it: by
+// aggregate, in the order of their oldest row in the window, each with a
+// run of up to a quarter of the limit, so that a claim reads a few
+// histories instead of one per row. When the window is full, a short claim
+// goes on with the heads claim, so that an aggregate beyond the window is
+// not held up behind deep ones at its front.
+func TestRunsClaimByAggregateOnContractTable(t *testing.T) {
+	t.Parallel()
+	t.Run("Runs", func(t *testing.T) {
+		t.Parallel()
+		f := contractFixture(t)
+		f.writeInterleaved(t, []string{"a", "b", "c", "d", "e", "f"}, 4)
+		got, _, _ := f.claim(t, 8, true)
+		// In id order: message 0 of each of the four aggregates, then message 1.
+		require.Equal(t, []string{"a#0", "b#0", "c#0", "d#0", "a#1", "b#1", "c#1", "d#1"}, got,
+			"runs of two of the four oldest aggregates, not one row of each of eight")
+		got, _, _ = f.claim(t, 8, true)
+		require.Equal(t, []string{"e#0", "f#0", "e#1", "f#1"}, got, "the others; a to d are leased")
+	})
+	t.Run("BeyondTheWindow", func(t *testing.T) {
+		t.Parallel()
+		f := contractFixture(t)
+		f.writeInterleaved(t, []string{"x", "y"}, 200) // 400 rows: more than the window of 256
+		f.write(t, "late", 1)
+		got, _, _ := f.claim(t, 8, true)
+		require.Equal(t, []string{"x#0", "y#0", "x#1", "y#1", "late#0"}, got,
+			"two runs of two, then the heads claim finds the aggregate beyond the window")
+	})
+}
