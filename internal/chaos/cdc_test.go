@@ -33,13 +33,22 @@ var (
 	cdcBrokers = map[string]bool{"nats": true}
 )
 
+// contractFaults are the cells of the -contract columns (with NATS): the
+// faults that leave claims half done, leases running out, rows committed
+// out of id order, and a database that forgets every lock.
+var contractFaults = map[string]bool{"kill9": true, "sigstop": true, "longtx": true, "db-restart": true}
+
 // inMatrix reports whether the matrix has the cell: every cell of the
-// polling columns, and cdcFaults with cdcBrokers in the postgres-cdc column.
+// polling columns, cdcFaults with cdcBrokers in the postgres-cdc column,
+// and contractFaults with NATS in the -contract ones.
 func (s scenario) inMatrix() bool {
-	if !strings.HasPrefix(s.db, "postgres-cdc") {
-		return true
+	switch {
+	case strings.HasPrefix(s.db, "postgres-cdc"):
+		return cdcFaults[s.fault] && cdcBrokers[s.broker]
+	case strings.HasSuffix(s.db, "-contract"):
+		return contractFaults[s.fault] && s.broker == "nats"
 	}
-	return cdcFaults[s.fault] && cdcBrokers[s.broker]
+	return true
 }
 
 // The relays' slot and publication: the defaults of the outbox table.

@@ -33,17 +33,22 @@ var (
 	// and take over), with kept rows; its cells are in cdcCells.
 	// postgres-cdc-deleted is the same with a Writer that deletes its
 	// outbox rows (outbox.WithDeleteAfterInsert): messages in the log only.
-	matrixDBs     = []string{"postgres", "postgres-held", "postgres-cdc", "postgres-cdc-deleted", "mysql"}
+	// postgres-contract and mysql-contract run on a table with only the
+	// contract's indexes (Migrate's claim indexes dropped), as a team's
+	// own table has: ordered claims then read the contract's indexes.
+	matrixDBs = []string{"postgres", "postgres-held", "postgres-cdc", "postgres-cdc-deleted", "mysql",
+		"postgres-contract", "mysql-contract"}
 	matrixBrokers = []string{"nats", "redis"}
 	matrixFaults  = []string{"kill9", "sigstop", "broker-cut", "broker-restart", "db-restart", "db-freeze", "pool", "longtx"}
 	shortForm     = map[string]bool{
-		"postgres/nats/kill9":       true,
-		"postgres-held/nats/kill9":  true,
-		"postgres/nats/sigstop":     true,
-		"mysql/nats/db-restart":     true,
-		"postgres/redis/broker-cut": true,
-		"postgres/nats/db-freeze":   true,
-		"postgres-cdc/nats/kill9":   true,
+		"postgres/nats/kill9":          true,
+		"postgres-held/nats/kill9":     true,
+		"postgres/nats/sigstop":        true,
+		"mysql/nats/db-restart":        true,
+		"postgres/redis/broker-cut":    true,
+		"postgres/nats/db-freeze":      true,
+		"postgres-cdc/nats/kill9":      true,
+		"postgres-contract/nats/kill9": true,
 	}
 )
 
@@ -199,7 +204,8 @@ func runScenario(t *testing.T, sc scenario, set settings) *Report {
 	r := &run{t: t, sc: sc, set: set, rng: rand.New(rand.NewPCG(seed, 1)), aggs: 50, extra: map[string]int64{}}
 	r.dir = scenarioDir(t, sc, set.keepDirs)
 
-	dbKind, held := strings.CutSuffix(sc.db, "-held")
+	dbKind, contract := strings.CutSuffix(sc.db, "-contract")
+	dbKind, held := strings.CutSuffix(dbKind, "-held")
 	dbKind, deleted := strings.CutSuffix(dbKind, "-deleted")
 	dbKind, cdc := strings.CutSuffix(dbKind, "-cdc")
 	r.logOnly = deleted
@@ -215,7 +221,8 @@ func runScenario(t *testing.T, sc scenario, set settings) *Report {
 		relayCfg.storeTimeout = freezeStoreTimeout
 	}
 	r.relayCfg = relayCfg
-	r.db = newDatabase(t, dbKind, r.dir, maxConns, r.aggs, dbOptions{logical: cdc, deleteRows: deleted})
+	r.db = newDatabase(t, dbKind, r.dir, maxConns, r.aggs, dbOptions{logical: cdc, deleteRows: deleted,
+		contractIndexes: contract})
 	r.monitor = r.db.open(2)
 	t.Cleanup(func() { r.monitor.Close() })
 	conns := producers + 1

@@ -32,6 +32,10 @@ type dbOptions struct {
 	// transaction (outbox.WithDeleteAfterInsert): the message is in the
 	// log only, for CDC relays.
 	deleteRows bool
+	// contractIndexes drops the indexes Migrate adds for claims, leaving
+	// the contract's two, as on a table a team made by hand; the store
+	// must then list both as missing.
+	contractIndexes bool
 }
 
 // database is a private database server holding the scenario's schema: the
@@ -68,6 +72,11 @@ func newDatabase(t *testing.T, kind, dir string, maxConns, aggs int, opts dbOpti
 		st, err := pgstore.New(pool, pgstore.WithTable(outboxTable))
 		require.NoError(t, err)
 		require.NoError(t, st.Migrate(ctx))
+		if opts.contractIndexes {
+			_, err := pool.Exec(ctx, "DROP INDEX "+outboxTable+"_pending_idx, "+outboxTable+"_head_idx")
+			require.NoError(t, err)
+			requireMissing(t, ctx, st, 2)
+		}
 		pool.Close() // the writer below goes through database/sql transactions
 		var wopts []outbox.WriterOption
 		if opts.deleteRows {
@@ -100,6 +109,10 @@ func newDatabase(t *testing.T, kind, dir string, maxConns, aggs int, opts dbOpti
 		st, err := mysqlstore.New(db, mysqlstore.WithTable(outboxTable))
 		require.NoError(t, err)
 		require.NoError(t, st.Migrate(ctx))
+		if opts.contractIndexes {
+			d.exec(t, ctx, "DROP INDEX idx_status_id ON "+outboxTable, "DROP INDEX idx_status_aggregate ON "+outboxTable)
+			requireMissing(t, ctx, st, 2)
+		}
 		d.writer = outbox.NewWriter(st) // InsertTx only uses the caller's transaction
 	default:
 		t.Fatalf("unknown database %q", kind)
@@ -113,6 +126,16 @@ func newDatabase(t *testing.T, kind, dir string, maxConns, aggs int, opts dbOpti
 	}
 	d.exec(t, ctx, "INSERT INTO chaos_agg (agg, seq) VALUES "+strings.Join(values, ", "))
 	return d
+}
+
+// requireMissing fails t unless the store lists n missing indexes: a
+// store that learnt other index names would otherwise run a cell on a table
+// that is not what the cell says.
+func requireMissing(t *testing.T, ctx context.Context, ic outbox.IndexChecker, n int) {
+	t.Helper()
+	missing, err := ic.MissingIndexes(ctx)
+	require.NoError(t, err)
+	require.Len(t, missing, n, "indexes the store misses on the contract's table: %v", missing)
 }
 
 // aggName names business aggregate i.

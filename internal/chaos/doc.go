@@ -7,7 +7,9 @@
 // servers are never touched; the postgres-cdc columns run PostgreSQL with
 // wal_level = logical and relays with --source cdc sharing one replication
 // slot, which the harness drops at the end, with kept rows or, in
-// postgres-cdc-deleted, rows the writer deletes) and a private broker (nats-server with
+// postgres-cdc-deleted, rows the writer deletes; the -contract columns
+// drop the claim indexes Migrate adds, leaving the table contract's two)
+// and a private broker (nats-server with
 // JetStream, or redis-server with an fsynced AOF), three relay processes of
 // the real `outbox relay` binary reaching the broker through a TCP fault
 // proxy, producers writing business rows and outbox rows in real
@@ -37,7 +39,7 @@
 //
 // # Running
 //
-// `go test ./internal/chaos` runs a short form (seconds per scenario, seven cells);
+// `go test ./internal/chaos` runs a short form (seconds per scenario, eight cells);
 // `make chaos` sets OUTBOX_CHAOS=full and runs every cell longer, writing
 // every report to docs/guarantees-last-run.json. OUTBOX_CHAOS_SEED replays
 // a run's schedule, OUTBOX_CHAOS_LOAD sets how long producers run, and
