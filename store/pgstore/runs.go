@@ -15,17 +15,18 @@ import (
 // A runs claim is one statement: it locks candidates as the unordered claim
 // does (the due pending rows in id order from the claim cursor, FOR UPDATE
 // SKIP LOCKED; on a table with only the contract's indexes, the first due
-// rows of a few aggregates: statusCandidates), reads, for each aggregate among them, every pending (or
-// dead, when dead rows block) row up to its last candidate in the
-// statement's snapshot, and keeps a candidate only when every one of those
-// rows before it is a candidate too: each aggregate gives a run, a prefix of
-// its pending rows. Why that is safe, with concurrent claims and
-// acknowledgements, is in docs/ordering.md ("Runs: why a claim cannot skip
-// a row"). The rows locked and not kept are released when the statement
-// commits. The rows of outbox.ClaimParams.Chain (the relay's batches in
-// flight) count as candidates for that rule without being claimed again,
-// so a claim can take the rows that follow them (chained runs; the relay
-// publishes those only after it got the earlier ones confirmed).
+// rows of a few aggregates: statusCandidates), reads, for each aggregate
+// among them, every pending (or dead, when dead rows block) row up to its
+// last candidate in the statement's snapshot, and keeps a candidate only
+// when every one of those rows before it is a candidate too: each aggregate
+// gives a run, a prefix of its pending rows. Why that is safe, with
+// concurrent claims and acknowledgements, is in docs/ordering.md ("Runs:
+// why a claim cannot skip a row"). The rows locked and not kept are
+// released when the statement commits. The rows of outbox.ClaimParams.Chain
+// (the relay's batches in flight) count as candidates for that rule without
+// being claimed again, so a claim can take the rows that follow them
+// (chained runs; the relay publishes those only after it got the earlier
+// ones confirmed).
 //
 // A run is at most a quarter of the claim's limit (at least one row): an
 // aggregate with a deep backlog at the front would otherwise fill every
