@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/claimindex"
 	"github.com/outboxkit/outbox/internal/embeddednats"
 	"github.com/outboxkit/outbox/internal/redact"
 	"github.com/outboxkit/outbox/publisher/natspub"
@@ -107,37 +108,17 @@ func (d *database) refreshStats(ctx context.Context) error {
 }
 
 // contractIndexes drops the indexes Migrate adds for claims, leaving the
-// contract's (Config.ContractIndexes), and makes sure that the store then
-// misses them: a store that learnt other index names fails the run
-// instead of measuring a table that is not what it says.
+// contract's (Config.ContractIndexes); claimindex.Drop checks that the
+// store then misses them.
 func (d *database) contractIndexes(ctx context.Context) error {
-	var drops []string
-	switch d.kind {
-	case "postgres":
-		drops = []string{"DROP INDEX " + d.table + "_pending_idx", "DROP INDEX " + d.table + "_head_idx"}
-	case "mysql":
-		drops = []string{"DROP INDEX idx_status_id ON " + d.table, "DROP INDEX idx_status_aggregate ON " + d.table}
-	default:
-		drops = []string{"DROP INDEX " + d.table + "_pending", "DROP INDEX " + d.table + "_head"}
-	}
-	for _, q := range drops {
-		if _, err := d.sqlDB.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("leave only the contract's indexes: %s: %w", q, err)
-		}
-	}
 	ic, ok := d.store.(outbox.IndexChecker)
 	if !ok {
 		return fmt.Errorf("leave only the contract's indexes: the %s store does not list missing indexes", d.kind)
 	}
-	missing, err := ic.MissingIndexes(ctx)
-	if err != nil {
-		return fmt.Errorf("leave only the contract's indexes: %w", err)
-	}
-	if len(missing) != len(drops) {
-		return fmt.Errorf("leave only the contract's indexes: the store misses %d indexes after %d were dropped: %v",
-			len(missing), len(drops), missing)
-	}
-	return nil
+	return claimindex.Drop(ctx, d.kind, d.table, func(ctx context.Context, q string) error {
+		_, err := d.sqlDB.ExecContext(ctx, q)
+		return err
+	}, ic)
 }
 
 // pending counts the rows not yet sent.

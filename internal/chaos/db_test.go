@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/internal/claimindex"
 	"github.com/outboxkit/outbox/store/mysqlstore"
 	"github.com/outboxkit/outbox/store/pgstore"
 )
@@ -73,9 +74,10 @@ func newDatabase(t *testing.T, kind, dir string, maxConns, aggs int, opts dbOpti
 		require.NoError(t, err)
 		require.NoError(t, st.Migrate(ctx))
 		if opts.contractIndexes {
-			_, err := pool.Exec(ctx, "DROP INDEX "+outboxTable+"_pending_idx, "+outboxTable+"_head_idx")
-			require.NoError(t, err)
-			requireMissing(t, ctx, st, 2)
+			require.NoError(t, claimindex.Drop(ctx, kind, outboxTable, func(ctx context.Context, q string) error {
+				_, err := pool.Exec(ctx, q)
+				return err
+			}, st))
 		}
 		pool.Close() // the writer below goes through database/sql transactions
 		var wopts []outbox.WriterOption
@@ -110,8 +112,10 @@ func newDatabase(t *testing.T, kind, dir string, maxConns, aggs int, opts dbOpti
 		require.NoError(t, err)
 		require.NoError(t, st.Migrate(ctx))
 		if opts.contractIndexes {
-			d.exec(t, ctx, "DROP INDEX idx_status_id ON "+outboxTable, "DROP INDEX idx_status_aggregate ON "+outboxTable)
-			requireMissing(t, ctx, st, 2)
+			require.NoError(t, claimindex.Drop(ctx, kind, outboxTable, func(ctx context.Context, q string) error {
+				_, err := db.ExecContext(ctx, q)
+				return err
+			}, st))
 		}
 		d.writer = outbox.NewWriter(st) // InsertTx only uses the caller's transaction
 	default:
@@ -126,16 +130,6 @@ func newDatabase(t *testing.T, kind, dir string, maxConns, aggs int, opts dbOpti
 	}
 	d.exec(t, ctx, "INSERT INTO chaos_agg (agg, seq) VALUES "+strings.Join(values, ", "))
 	return d
-}
-
-// requireMissing fails t unless the store lists n missing indexes: a
-// store that learnt other index names would otherwise run a cell on a table
-// that is not what the cell says.
-func requireMissing(t *testing.T, ctx context.Context, ic outbox.IndexChecker, n int) {
-	t.Helper()
-	missing, err := ic.MissingIndexes(ctx)
-	require.NoError(t, err)
-	require.Len(t, missing, n, "indexes the store misses on the contract's table: %v", missing)
 }
 
 // aggName names business aggregate i.
