@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -90,6 +91,10 @@ type orderedState struct {
 	// dead one when dead rows block) the last skip scan that went through
 	// all of them visited; 0 when unknown. Guarded by Store.mu.
 	aggs [2]int64
+	// perAggregate is how many rows, in thousandths, each aggregate a
+	// claim by aggregate read offered in the last one (runs.go); 0 when
+	// unknown.
+	perAggregate atomic.Int64
 }
 
 // orderedCursor is where the skip scan stopped: the last aggregate it

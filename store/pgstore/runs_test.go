@@ -124,4 +124,35 @@ func TestRunsClaimByAggregateOnContractTable(t *testing.T) {
 		require.Equal(t, []string{"x#0", "y#0", "x#1", "y#1", "late#0"}, got,
 			"two runs of two, then the heads claim finds the aggregate beyond the window")
 	})
+	t.Run("ShallowAggregates", func(t *testing.T) {
+		t.Parallel()
+		f := contractFixture(t)
+		aggs := make([]string, 20)
+		for i := range aggs {
+			aggs[i] = fmt.Sprintf("s%02d", i)
+		}
+		f.writeInterleaved(t, aggs, 2)
+		got, _, _ := f.claim(t, 40, true)
+		require.Len(t, got, 40, "the first read of four aggregates offered 8 rows: the claim reads more, "+
+			"by what each offered, and takes every aggregate's run of two: %v", got)
+		for i, agg := range aggs {
+			require.Equal(t, []string{agg + "#0", agg + "#1"}, []string{got[i], got[len(aggs)+i]})
+		}
+	})
+	t.Run("LockedRowEndsItsRun", func(t *testing.T) {
+		t.Parallel()
+		f := contractFixture(t)
+		f.writeInterleaved(t, []string{"a", "b"}, 4)
+		tx, err := f.pool.Begin(t.Context())
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(context.Background()) }()
+		var id int64
+		require.NoError(t, tx.QueryRow(t.Context(),
+			`SELECT id FROM team_outbox WHERE id = (SELECT id FROM team_outbox WHERE aggregate_id = 'a' ORDER BY id OFFSET 1 LIMIT 1)
+			FOR UPDATE`).Scan(&id)) // a#1 only: rows an OFFSET skips are locked too
+		got, _, _ := f.claim(t, 8, true)
+		require.Equal(t, []string{"a#0", "b#0", "b#1"}, got,
+			"a#1 is locked by another transaction, so the lock skips it and a's run ends before it")
+		require.NoError(t, tx.Rollback(t.Context()))
+	})
 }
