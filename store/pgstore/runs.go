@@ -251,7 +251,7 @@ func (s *Store) claimRuns(ctx context.Context, q *queries, p outbox.ClaimParams)
 	case ix.pending:
 		claim, err = s.fromCursor(s.cursorFor(p), p.Limit, func(limit int, lo, hi int64) (*outbox.Claim, error) { return take(limit, lo, hi) })
 	case byAgg:
-		claim, err = st.byAggregate(p.Limit, func(limit, k int) (*outbox.Claim, int64, int64, error) {
+		claim, err = st.claimByAggregate(p.Limit, func(limit, k int) (*outbox.Claim, int64, int64, error) {
 			c, err := take(limit, 0, math.MaxInt64, k)
 			return c, supply, aggs, err
 		})
@@ -289,7 +289,7 @@ func (s *Store) claimRuns(ctx context.Context, q *queries, p outbox.ClaimParams)
 	return claim, nil
 }
 
-// byAggregate runs a claim whose candidates are chosen by aggregate
+// claimByAggregate runs a claim whose candidates are chosen by aggregate
 // (byAggregateSQL): take claims up to limit rows reading k aggregates,
 // and reports the rows those offered (supply) and how many it read.
 //
@@ -301,7 +301,7 @@ func (s *Store) claimRuns(ctx context.Context, q *queries, p outbox.ClaimParams)
 // with the new figure, before the caller turns to the heads claim. A
 // claim's aggregates already taken may come first again, each now
 // blocked by its own leased rows, so the second read counts them in.
-func (st *orderedState) byAggregate(limit int, take func(limit, k int) (*outbox.Claim, int64, int64, error)) (*outbox.Claim, error) {
+func (st *orderedState) claimByAggregate(limit int, take func(limit, k int) (*outbox.Claim, int64, int64, error)) (*outbox.Claim, error) {
 	k := aggregatesToRead(limit, st.perAggregate.Load())
 	claim, supply, aggs, err := take(limit, k)
 	if err != nil {
@@ -310,7 +310,9 @@ func (st *orderedState) byAggregate(limit int, take func(limit, k int) (*outbox.
 	st.observe(supply, aggs)
 	n := claimSize(claim)
 	if n >= limit || supply >= int64(limit) || aggs < int64(k) || k >= limit {
-		return claim, nil // full, or the window had no more aggregates
+		// Full; or short for another reason than too few aggregates read
+		// (the lock skipped rows, or the window had no more aggregates).
+		return claim, nil
 	}
 	more, _, _, err := take(limit-n, k+aggregatesToRead(limit-n, st.perAggregate.Load()))
 	if err != nil {
