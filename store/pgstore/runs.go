@@ -21,14 +21,14 @@ import (
 // every one of those rows before it is a candidate too: each aggregate
 // gives a run, a prefix of its pending rows. (byAggregate reads those rows
 // before it locks, chooses candidates that pass the rule, and then keeps
-// each aggregate's candidates up to the first the lock skipped.) Why that is safe, with
-// concurrent claims and acknowledgements, is in docs/ordering.md ("Runs:
-// why a claim cannot skip a row"). The rows locked and not kept are
-// released when the statement commits. The rows of outbox.ClaimParams.Chain
-// (the relay's batches in flight) count as candidates for that rule without
-// being claimed again, so a claim can take the rows that follow them
-// (chained runs; the relay publishes those only after it got the earlier
-// ones confirmed).
+// each aggregate's candidates up to the first the lock skipped.) Why that
+// is safe, with concurrent claims and acknowledgements, is in
+// docs/ordering.md ("Runs: why a claim cannot skip a row"). The rows
+// locked and not kept are released when the statement commits. The rows of
+// outbox.ClaimParams.Chain (the relay's batches in flight) count as
+// candidates for that rule without being claimed again, so a claim can take
+// the rows that follow them (chained runs; the relay publishes those only
+// after it got the earlier ones confirmed).
 //
 // A run is at most a quarter of the claim's limit (at least one row): an
 // aggregate with a deep backlog at the front would otherwise fill every
