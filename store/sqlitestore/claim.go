@@ -41,6 +41,9 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	if p.Ordered {
 		st.runs, st.more = s.runsSQL(cols, p, st.sel), s.moreDueSQL(cols)
 		st.ord = s.orderedClaimSQL(cols, p, st.sel)
+		if st.ord == nil {
+			st.heads = s.headsSQL(p, st.sel)
+		}
 	}
 	var c *outbox.Claim
 	err = s.core.InTx(ctx, func(tx *sql.Tx) (err error) {
@@ -58,11 +61,12 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 
 // claimStatements are the statements of a claim.
 type claimStatements struct {
-	claim string      // the claim (with p.Ordered, of heads only: a walk that probes each row)
+	claim string      // the unordered claim
 	sel   []string    // the columns it returns
 	runs  string      // ordered claims: the claim of runs (runs.go)
 	more  string      // ordered claims: whether more rows were due (runs.go)
 	ord   *orderedSQL // ordered claims on a table with the head index: the claim of heads (ordered.go)
+	heads string      // ordered claims on a table without it: the claim of heads (runs.go)
 }
 
 // claimOnce runs a claim in its own transaction: the claim statement, or
@@ -120,29 +124,20 @@ func selectColumns(cols columns) []string {
 // now, and the limit.
 func (s *Store) claimSQL(cols columns, p outbox.ClaimParams) (string, []string) {
 	sel := selectColumns(cols)
-	return claimUpdate(s.table.quoted()) + " WHERE id IN (" + s.candidateSQL(cols, p) + ") RETURNING " +
+	return claimUpdate(s.table.quoted()) + " WHERE id IN (" + s.candidateSQL(cols) + ") RETURNING " +
 		claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload)), sel
 }
 
-// candidateSQL is the SELECT of the ids a claim takes: the first due pending
-// rows in id order (with p.Ordered, only heads). Its parameters are ?2, now,
-// and ?3, the limit.
-func (s *Store) candidateSQL(cols columns, p outbox.ClaimParams) string {
+// candidateSQL is the SELECT of the ids an unordered claim takes (and an
+// ordered one looks at first, runs.go): the first due pending rows in id
+// order. Its parameters are ?2, now, and ?3, the limit.
+func (s *Store) candidateSQL(cols columns) string {
 	t := s.table.quoted()
-	ordered := ""
-	if p.Ordered {
-		blocking := "0"
-		if p.BlockOnDead {
-			blocking = "0, 2"
-		}
-		ordered = " AND NOT EXISTS (SELECT 1 FROM " + t + " AS h WHERE h.aggregate_type = c.aggregate_type" +
-			" AND h.aggregate_id = c.aggregate_id AND h.id < c.id AND h.status IN (" + blocking + "))"
-	}
 	if cols.pendingIndex {
 		// Left to itself the planner prefers the covering (status,
 		// next_retry_at) index and sorts every pending row by id.
 		return "SELECT c.id FROM " + t + " AS c INDEXED BY " + quoteIdent(s.table.pendingIndex()) +
-			" WHERE c.status = 0 AND " + dueSQL + ordered + " ORDER BY c.id LIMIT ?3"
+			" WHERE c.status = 0 AND " + dueSQL + " ORDER BY c.id LIMIT ?3"
 	}
 	// Without it (a table with only the contract's indexes) the planner
 	// walks the rowids past every sent row kept. The rows never claimed
@@ -150,8 +145,8 @@ func (s *Store) candidateSQL(cols columns, p outbox.ClaimParams) string {
 	// index, in rowid order; the others (leased, or waiting out a
 	// backoff: few) another, sorted. The claim takes the oldest of both.
 	return "SELECT id FROM (SELECT id FROM (SELECT c.id FROM " + t + " AS c WHERE c.status = 0 AND c.next_retry_at IS NULL" +
-		ordered + " ORDER BY c.next_retry_at, c.id LIMIT ?3) UNION ALL SELECT id FROM (SELECT c.id FROM " + t +
-		" AS c WHERE c.status = 0 AND c.next_retry_at IS NOT NULL AND " + dueSQL + ordered + " ORDER BY +c.id LIMIT ?3)) ORDER BY id LIMIT ?3"
+		" ORDER BY c.next_retry_at, c.id LIMIT ?3) UNION ALL SELECT id FROM (SELECT c.id FROM " + t +
+		" AS c WHERE c.status = 0 AND c.next_retry_at IS NOT NULL AND " + dueSQL + " ORDER BY +c.id LIMIT ?3)) ORDER BY id LIMIT ?3"
 }
 
 // dueSQL is "row c is due at ?2".

@@ -23,8 +23,8 @@ func (s *Store) MissingIndexes(ctx context.Context) ([]outbox.TableProblem, erro
 		{s.table.pendingIndex(), "pending", "(id, next_retry_at) WHERE status = 0",
 			"claims read the (status, next_retry_at) index: rows never claimed in id order, and every other pending row, sorted"},
 		{s.table.headIndex(), "head", "(aggregate_type, aggregate_id, id, status) WHERE status IN (0, 2)",
-			"ordered claims walk every due row until they have a batch of heads, and find each aggregate's earlier rows " +
-				"through the (aggregate_type, aggregate_id) index, which costs as many rows as the table keeps of that aggregate"},
+			"ordered claims read the aggregates' earlier rows from the (status, next_retry_at) index, and when their runs " +
+				"come back short, the first pending row of every aggregate: a pass over the whole backlog"},
 	} {
 		ok, err := hasIndex(ctx, s.db, s.table, ix.name)
 		if err != nil {

@@ -37,8 +37,9 @@ import (
 // Each step sees the rows the previous one leased as not due, so no row is
 // claimed twice, and SQLite's single writer keeps the table still meanwhile;
 // the guarantee is that of the single walk, at a cost bounded by the window
-// plus one pass over the head index. A table without the head index keeps
-// the single walk.
+// plus one pass over the head index. A table without the head index reads
+// the first pending row of every aggregate from (status, next_retry_at)
+// instead (headsSQL in runs.go).
 
 // orderedWindow is how many due pending rows the walk looks at for a claim
 // of limit rows.

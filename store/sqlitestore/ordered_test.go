@@ -69,8 +69,9 @@ func TestOrderedClaimBeyondTheWindow(t *testing.T) {
 }
 
 // TestOrderedClaimWithoutTheHeadIndex runs ordered claims on a team's table
-// that has only the contract's indexes (one walk over the whole backlog),
-// then checks that Migrate adds the head index.
+// that has only the contract's indexes (the heads claim reads the first
+// pending row of every aggregate from the status index), then checks that
+// Migrate adds the head index.
 func TestOrderedClaimWithoutTheHeadIndex(t *testing.T) {
 	t.Parallel()
 	db := testDB(t)
@@ -87,7 +88,7 @@ func TestOrderedClaimWithoutTheHeadIndex(t *testing.T) {
 	got, _ := sqltest.ClaimOrdered(t, s, 1, true)
 	require.Equal(t, []string{"hot#0"}, got)
 	got, _ = sqltest.ClaimOrdered(t, s, 10, true)
-	require.Equal(t, []string{"b#0"}, got, "the walk over the whole backlog finds the head")
+	require.Equal(t, []string{"b#0"}, got, "the heads claim finds the head behind hot's blocked rows")
 
 	require.NoError(t, s.Migrate(t.Context()))
 	cols, err := s.columns(t.Context(), db)

@@ -33,9 +33,8 @@ import (
 // When the candidates were as many as the limit and the runs came back
 // shorter (rows blocked behind a head in backoff, leased or dead fill the
 // front of the backlog), the claim then takes heads too, in the same
-// transaction (ordered.go, or on a table without the head index the walk
-// that probes each row), so that the blocked rows cannot starve the other
-// aggregates. The runs just leased are pending and not due by then, so they
+// transaction (ordered.go, or on a table without the head index headsSQL),
+// so that the blocked rows cannot starve the other aggregates. The runs just leased are pending and not due by then, so they
 // block their aggregates as any leased row does.
 
 // runsSQL builds the statement that claims runs; its parameters are ?1 the
@@ -51,8 +50,6 @@ import (
 // in front of the claim, not by the sent rows the table keeps.
 func (s *Store) runsSQL(cols columns, p outbox.ClaimParams, sel []string) string {
 	t := s.table.quoted()
-	unordered := p
-	unordered.Ordered = false
 	blocking := "0"
 	if p.BlockOnDead {
 		blocking = "0, 2"
@@ -77,7 +74,7 @@ func (s *Store) runsSQL(cols columns, p outbox.ClaimParams, sel []string) string
 		pend += ") AS u JOIN last ON u.at = last.at AND u.ai = last.ai AND u.id <= last.hi"
 	}
 	return "WITH cand AS (SELECT c.id, c.aggregate_type AS at, c.aggregate_id AS ai FROM " + t + " AS c WHERE c.id IN (" +
-		s.candidateSQL(cols, unordered) + "))," +
+		s.candidateSQL(cols) + "))," +
 		" last AS (SELECT at, ai, max(id) AS hi FROM cand GROUP BY at, ai)," +
 		" pend AS (" + pend + ")," +
 		// ok stays 1 while every row so far of the aggregate is a candidate;
@@ -123,6 +120,32 @@ func (s *Store) claimRuns(ctx context.Context, tx *sql.Tx, st claimStatements, p
 	if st.ord != nil {
 		return s.claimOrdered(ctx, tx, st.ord, heads, now, read)
 	}
-	_, err = read(st.claim, leaseEnd, at, heads.Limit)
+	_, err = read(st.heads, leaseEnd, at, heads.Limit)
 	return err
+}
+
+// headsSQL builds the heads claim of a table without the head index; its
+// parameters are ?1 the lease's end, ?2 now and ?3 the limit. It reads the
+// first pending (or, when dead rows block, dead) row of every aggregate
+// from the (status, next_retry_at) index, in the three ranges runsSQL reads
+// (the backlog, never a sent row), and claims those that are due, oldest
+// first; a row with no aggregate is a head of its own. The walk it
+// replaces probed each due row's aggregate through (aggregate_type,
+// aggregate_id), a read of every row the table keeps of the aggregate per
+// row walked: when the runs were short because the front of the backlog
+// was leased, it walked the whole backlog (177 msgs/s over 100 aggregates
+// of 1,000 sent rows each, 46,715 unordered).
+func (s *Store) headsSQL(p outbox.ClaimParams, sel []string) string {
+	t := s.table.quoted()
+	part := func(cond string) string {
+		return "SELECT h.id, h.aggregate_type AS at, h.aggregate_id AS ai FROM " + t + " AS h WHERE " + cond
+	}
+	pend := part("h.status = 0 AND h.next_retry_at IS NULL") + " UNION ALL " + part("h.status = 0 AND h.next_retry_at IS NOT NULL")
+	if p.BlockOnDead {
+		pend += " UNION ALL " + part("h.status = 2")
+	}
+	return "WITH pend AS MATERIALIZED (" + pend + "), first AS (SELECT min(id) AS id FROM pend WHERE at IS NOT NULL AND ai IS NOT NULL" +
+		" GROUP BY at, ai UNION ALL SELECT id FROM pend WHERE at IS NULL OR ai IS NULL) " +
+		claimUpdate(t) + " WHERE id IN (SELECT c.id FROM " + t + " AS c WHERE c.id IN (SELECT id FROM first) AND c.status = 0 AND " +
+		dueSQL + " ORDER BY c.id LIMIT ?3) RETURNING " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload))
 }

@@ -76,6 +76,7 @@ func (s *Store) statements(cols columns) map[string]string {
 			continue
 		}
 		out[name+" runs"] = s.runsSQL(cols, p, sel)
+		out[name+" heads scan"] = s.headsSQL(p, sel) // a table without the head index
 		if ord := s.orderedClaimSQL(cols, p, sel); ord != nil {
 			out[name+" walk"], out[name+" beyond"], out[name+" heads"] = ord.walk, ord.beyond, ord.heads
 		}
