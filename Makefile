@@ -15,7 +15,7 @@ test: vet
 	$(GO) test -race -count=1 -timeout 25m $(ALL)
 
 vet: modcheck
-	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: the files above need formatting"; exit 1; }
+	@files="$$(gofmt -l .)"; test -z "$$files" || { echo "$$files" >&2; echo "gofmt: the files above need formatting"; exit 1; }
 	$(GO) vet $(ALL)
 
 # Every go.mod in the tree must be in go.work (or $(ALL) would skip its tests) and tidy on its own (what a user's
