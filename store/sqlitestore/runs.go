@@ -34,8 +34,9 @@ import (
 // shorter (rows blocked behind a head in backoff, leased or dead fill the
 // front of the backlog), the claim then takes heads too, in the same
 // transaction (ordered.go, or on a table without the head index headsSQL),
-// so that the blocked rows cannot starve the other aggregates. The runs just leased are pending and not due by then, so they
-// block their aggregates as any leased row does.
+// so that the blocked rows cannot starve the other aggregates. The runs
+// just leased are pending and not due by then, so they block their
+// aggregates as any leased row does.
 
 // runsSQL builds the statement that claims runs; its parameters are ?1 the
 // lease's end, ?2 now and ?3 the limit.
