@@ -63,16 +63,8 @@ func (s *Store) runsSQL(cols columns, p outbox.ClaimParams, sel []string) string
 			quoteIdent(s.table.headIndex()) + " ON h.aggregate_type = last.at AND h.aggregate_id = last.ai AND h.id <= last.hi" +
 			" WHERE h.status IN (0, 2) AND h.status IN (" + blocking + ")"
 	} else {
-		part := func(cond string) string {
-			return "SELECT h.id, h.aggregate_type AS at, h.aggregate_id AS ai FROM " + t + " AS h" +
-				" WHERE " + cond + " AND h.id <= (SELECT max(hi) FROM last)"
-		}
-		pend = "SELECT u.id, u.at, u.ai FROM (" + part("h.status = 0 AND h.next_retry_at IS NULL") + " UNION ALL " +
-			part("h.status = 0 AND h.next_retry_at IS NOT NULL")
-		if p.BlockOnDead {
-			pend += " UNION ALL " + part("h.status = 2")
-		}
-		pend += ") AS u JOIN last ON u.at = last.at AND u.ai = last.ai AND u.id <= last.hi"
+		pend = "SELECT u.id, u.at, u.ai FROM (" + s.pendingRanges(p, " AND h.id <= (SELECT max(hi) FROM last)") +
+			") AS u JOIN last ON u.at = last.at AND u.ai = last.ai AND u.id <= last.hi"
 	}
 	return "WITH cand AS (SELECT c.id, c.aggregate_type AS at, c.aggregate_id AS ai FROM " + t + " AS c WHERE c.id IN (" +
 		s.candidateSQL(cols) + "))," +
@@ -86,6 +78,22 @@ func (s *Store) runsSQL(cols columns, p outbox.ClaimParams, sel []string) string
 		// A row with no aggregate (NULL) is no aggregate's run: decoding fails, the relay kills it.
 		" UNION ALL SELECT id FROM cand WHERE at IS NULL OR ai IS NULL)" +
 		" RETURNING " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload))
+}
+
+// pendingRanges reads the pending (and, when dead rows block, dead) rows as
+// id, at and ai from the (status, next_retry_at) index, in three ranges
+// that leave the sent rows out: the rows never claimed, the other pending
+// rows (leased, in backoff, due again) and the dead rows; bound ends each
+// range's condition.
+func (s *Store) pendingRanges(p outbox.ClaimParams, bound string) string {
+	part := func(cond string) string {
+		return "SELECT h.id, h.aggregate_type AS at, h.aggregate_id AS ai FROM " + s.table.quoted() + " AS h WHERE " + cond + bound
+	}
+	pend := part("h.status = 0 AND h.next_retry_at IS NULL") + " UNION ALL " + part("h.status = 0 AND h.next_retry_at IS NOT NULL")
+	if p.BlockOnDead {
+		pend += " UNION ALL " + part("h.status = 2")
+	}
+	return pend
 }
 
 // moreDueSQL returns the statement that tells whether at least ?3 + 1 rows
@@ -138,14 +146,7 @@ func (s *Store) claimRuns(ctx context.Context, tx *sql.Tx, st claimStatements, p
 // of 1,000 sent rows each, 46,715 unordered).
 func (s *Store) headsSQL(p outbox.ClaimParams, sel []string) string {
 	t := s.table.quoted()
-	part := func(cond string) string {
-		return "SELECT h.id, h.aggregate_type AS at, h.aggregate_id AS ai FROM " + t + " AS h WHERE " + cond
-	}
-	pend := part("h.status = 0 AND h.next_retry_at IS NULL") + " UNION ALL " + part("h.status = 0 AND h.next_retry_at IS NOT NULL")
-	if p.BlockOnDead {
-		pend += " UNION ALL " + part("h.status = 2")
-	}
-	return "WITH pend AS MATERIALIZED (" + pend + "), first AS (SELECT min(id) AS id FROM pend WHERE at IS NOT NULL AND ai IS NOT NULL" +
+	return "WITH pend AS MATERIALIZED (" + s.pendingRanges(p, "") + "), first AS (SELECT min(id) AS id FROM pend WHERE at IS NOT NULL AND ai IS NOT NULL" +
 		" GROUP BY at, ai UNION ALL SELECT id FROM pend WHERE at IS NULL OR ai IS NULL) " +
 		claimUpdate(t) + " WHERE id IN (SELECT c.id FROM " + t + " AS c WHERE c.id IN (SELECT id FROM first) AND c.status = 0 AND " +
 		dueSQL + " ORDER BY c.id LIMIT ?3) RETURNING " + claimColumns(sel, rowcheck.PayloadLimit(p.MaxPayload))
