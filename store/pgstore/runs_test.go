@@ -96,9 +96,9 @@ func TestRunsClaimLeavesRoomForOthers(t *testing.T) {
 
 // TestRunsClaimByAggregateOnContractTable checks how a runs claim picks
 // its candidates on a table with only the contract's indexes, where each
-// aggregate it takes costs a read of every row the table keeps of it: by
-// aggregate, in the order of their oldest row in the window, each with a
-// run of up to a quarter of the limit, so that a claim reads a few
+// aggregate it takes costs an index entry for every row the table keeps of
+// it: by aggregate, in the order of their oldest row in the window, each
+// with a run of up to a quarter of the limit, so that a claim reads a few
 // histories instead of one per row. When the window is full, a short claim
 // goes on with the heads claim, so that an aggregate beyond the window is
 // not held up behind deep ones at its front.
