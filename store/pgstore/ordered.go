@@ -105,11 +105,8 @@ type orderedCursor struct {
 	aggID   string
 }
 
-// slotCond is the condition "row o's aggregate is in the slot": its hash
-// (slotHash, with Slots as parameter n) equals parameter n+1.
-func slotCond(n int) string {
-	return "\n\t  AND " + strings.Replace(slotHash, "$6", fmt.Sprintf("$%d", n), 1) + fmt.Sprintf(" = $%d::bigint", n+1)
-}
+// slotCond is the condition inSlot(n) on a line of its own.
+func slotCond(n int) string { return "\n\t  AND " + inSlot(n) }
 
 // withSlot adds slotCond(n) to the claimed rows' conditions of a heads
 // statement, before their ORDER BY or LIMIT.

@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/runcheck"
+	"github.com/outboxkit/outbox/store/pgstore"
 )
 
 // onBothTables runs f, in parallel subtests, on a fixture whose store
@@ -155,4 +157,55 @@ func TestRunsClaimByAggregateOnContractTable(t *testing.T) {
 			"a#1 is locked by another transaction, so the lock skips it and a's run ends before it")
 		require.NoError(t, tx.Rollback(t.Context()))
 	})
+}
+
+// TestSlotRunsClaimDoesNotScanTheTable checks the plan of a relay slot's
+// runs claim as the first executions on a connection get it, planned for
+// their parameters: it must read the table through its indexes (the
+// pending index in id order, on the migrated table). With the slot's
+// condition written as a plain equality the planner took it to keep 1 row
+// in 200, expected a few hundred rows of the slot in the whole table, and
+// chose to read all of it and sort.
+func TestSlotRunsClaimDoesNotScanTheTable(t *testing.T) {
+	t.Parallel()
+	onBothTables(t, slotRunsPlan)
+}
+
+func slotRunsPlan(t *testing.T, f *orderedFixture) {
+	table := f.store.Table()
+	exec(t, f.pool, `INSERT INTO `+table+` (message_id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'm-' || i, 'order', 'a-' || (i % 100), 'E', '{}' FROM generate_series(1, 50000) AS i`)
+	exec(t, f.pool, "ANALYZE "+table)
+	p := outbox.ClaimParams{Limit: 1000, Lease: time.Minute, Ordered: true, Slots: 3, Slot: 1}
+	sql, args, err := pgstore.RunsSQL(t.Context(), f.store, p)
+	require.NoError(t, err)
+	require.Contains(t, sql, "mine AS (", "a slot's statement")
+
+	tx, err := f.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tx.Rollback(t.Context())) }()
+	exec := func(sql string) {
+		_, err := tx.Exec(t.Context(), sql)
+		require.NoError(t, err)
+	}
+	exec("SET LOCAL plan_cache_mode = force_custom_plan")
+	var plan []map[string]any
+	all := append(append([]any{p.Limit, p.Lease.Microseconds(), int64(0), int64(math.MaxInt64)}, args...), 1<<20)
+	require.NoError(t, tx.QueryRow(t.Context(), "EXPLAIN (FORMAT JSON) "+sql, all...).Scan(&plan))
+	var scans []string
+	var visit func(n map[string]any)
+	visit = func(n map[string]any) {
+		if n["Relation Name"] == table {
+			scans = append(scans, fmt.Sprintf("%v %v", n["Node Type"], n["Index Name"]))
+		}
+		children, _ := n["Plans"].([]any)
+		for _, c := range children {
+			visit(c.(map[string]any))
+		}
+	}
+	visit(plan[0]["Plan"].(map[string]any))
+	require.NotEmpty(t, scans)
+	for _, s := range scans {
+		require.NotContains(t, s, "Seq Scan", "scans of the table: %v", scans)
+	}
 }
