@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -11,9 +12,10 @@ import (
 	"github.com/outboxkit/outbox/store/storetest"
 )
 
-// TestClaimPlan checks that the claim's locking SELECT walks the (status, id)
-// index in id order instead of sorting the due rows: a sort would read, and
-// keep locked until the commit, every due row, so that concurrent claims
+// TestClaimPlan checks that the claim's locking SELECT, and the read by
+// which ordered claims without the head index pick heads, walk the (status,
+// id) index in id order instead of sorting the due rows: a sort would read,
+// and keep locked until the commit, every due row, so that concurrent claims
 // would find nothing to take.
 func TestClaimPlan(t *testing.T) {
 	t.Parallel()
@@ -33,6 +35,9 @@ func TestClaimPlan(t *testing.T) {
 
 	for _, p := range []outbox.ClaimParams{{Limit: 10}, {Limit: 10, Ordered: true, BlockOnDead: true}} {
 		q, _ := s.claimSQL(info, p)
+		if p.Ordered { // the heads' plain read: the locking read is by id
+			q = s.headsSQLs(info, p, false)[0].pick
+		}
 		plan := explainRows(t, db, q, p.Limit)
 		all := strings.Join(plan, "\n")
 		require.Contains(t, plan[0], "table=c", all)
@@ -71,8 +76,9 @@ func explainRows(t *testing.T, db *sql.DB, q string, args ...any) []string {
 }
 
 // TestClaimPlanContractOnly checks that on a table with only the contract's
-// indexes every locking SELECT of a claim reads a range of the (status,
-// next_retry_at) index with no sort: walking the primary key would step over
+// indexes every locking SELECT of a claim, and every read by which ordered
+// claims pick heads, reads a range of the (status, next_retry_at) index with
+// no sort: walking the primary key would step over
 // every sent row the table keeps, and a sort would read, and lock, every due
 // row. Then that claims on it take every row once, due rows only.
 func TestClaimPlanContractOnly(t *testing.T) {
@@ -107,6 +113,12 @@ func TestClaimPlanContractOnly(t *testing.T) {
 
 	for _, p := range []outbox.ClaimParams{{Limit: 10}, {Limit: 10, Ordered: true}, {Limit: 10, Ordered: true, BlockOnDead: true}} {
 		qs, _ := s.claimSQLs(info, p)
+		if p.Ordered {
+			qs = nil
+			for _, h := range s.headsSQLs(info, p, false) {
+				qs = append(qs, h.pick)
+			}
+		}
 		require.Len(t, qs, 2)
 		for _, q := range qs {
 			plan := explainRows(t, db, q, p.Limit)
@@ -134,4 +146,71 @@ func TestMissingIndexes(t *testing.T) {
 		next_retry_at DATETIME NULL, aggregate_type VARCHAR(64), aggregate_id VARCHAR(64),
 		INDEX (status, next_retry_at), INDEX (aggregate_type, aggregate_id))`,
 		func(table string) (*Store, error) { return New(db, WithTable(table)) })
+}
+
+// TestOrderedHeadsLockOnlyWhatTheyTake checks that the heads an ordered
+// claim takes on a table without the head index cost row locks in
+// proportion to the rows, not to the history of their aggregates. The
+// check that a row is a head reads every earlier row of its aggregate, and
+// inside a locking read MariaDB locks what it reads: the control
+// below, that single statement, locks every sent row of the aggregates it
+// goes through, where the claim picks with a plain read and locks by id.
+func TestOrderedHeadsLockOnlyWhatTheyTake(t *testing.T) {
+	t.Parallel()
+	s, db := contractStore(t)
+	ctx := t.Context()
+	// 100 aggregates, each with 100 sent rows and then 20 pending ones;
+	// the first pending row of each but the last is leased (in flight), so
+	// that only one aggregate has a head and the claim reads every due row
+	// looking for more.
+	_, err := db.ExecContext(ctx, `SET STATEMENT max_recursive_iterations = 20000 FOR
+		INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload, status, next_retry_at)
+		WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 11999)
+		SELECT CONCAT('m', i), 'order', CONCAT('a', i % 100), 'E', '{}', IF(i < 10000, 1, 0),
+			IF(i BETWEEN 10000 AND 10098, UTC_TIMESTAMP() + INTERVAL 1 HOUR, NULL) FROM n`)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, "ANALYZE TABLE outbox_message")
+	require.NoError(t, err)
+	info, err := s.tableInfo(ctx, db)
+	require.NoError(t, err)
+	p := outbox.ClaimParams{Limit: 10, Ordered: true, Lease: time.Minute}
+
+	rowLocks := func(tx *sql.Tx) int {
+		var n int
+		require.NoError(t, tx.QueryRowContext(ctx, "SELECT trx_rows_locked FROM information_schema.innodb_trx"+
+			" WHERE trx_mysql_thread_id = CONNECTION_ID()").Scan(&n))
+		return n
+	}
+	inTx := func(f func(tx *sql.Tx) int) int {
+		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, tx.Rollback()) }()
+		return f(tx)
+	}
+
+	var heads int
+	locks := inTx(func(tx *sql.Tx) int {
+		_, sel := s.claimHead(info, p)
+		cl := &claimLocks{s: s, ctx: ctx, tx: tx, sel: sel, p: p, locked: map[int64]*lockedRow{}}
+		require.NoError(t, s.lockHeads(ctx, tx, nil, s.headsSQLs(info, p, false), p, p.Limit, 0, cl.lock))
+		heads = len(cl.locked)
+		return rowLocks(tx)
+	})
+	require.Equal(t, 1, heads, "the first pending row of the last aggregate")
+	require.LessOrEqual(t, locks, slotPickRows*p.Limit, "row locks for %d heads", heads)
+
+	control := inTx(func(tx *sql.Tx) int {
+		pick := s.headsSQLs(info, p, false)[1].pick // the rows never claimed
+		rows, err := tx.QueryContext(ctx, strings.Replace(pick, " LIMIT ?", " LIMIT ? FOR UPDATE SKIP LOCKED", 1), p.Limit)
+		require.NoError(t, err)
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		require.NoError(t, rows.Err())
+		require.Equal(t, 1, n)
+		return rowLocks(tx)
+	})
+	require.Greater(t, control, 10*locks, "the locking read with the head check")
+	t.Logf("row locks for %d heads: %d; with the head check in the locking read: %d", heads, locks, control)
 }

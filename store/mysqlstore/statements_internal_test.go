@@ -100,9 +100,11 @@ func (s *Store) statements(info tableInfo) map[string]string {
 		if pick, byID := s.slotPickSQL(info, outbox.ClaimParams{Limit: p.Limit, MaxPayload: p.MaxPayload}); pick != "" {
 			out[name+" slot pick"], out[name+" slot by id"] = pick, fmt.Sprintf(byID, "?, ?")
 		}
-		slotHeads, _ := s.claimSQLsWhere(info, p, " AND "+slotHash+" = ?")
-		for i, q := range slotHeads {
-			out[fmt.Sprintf("%s slot heads %d", name, i)] = q
+		for _, slot := range []bool{false, true} {
+			for i, q := range s.headsSQLs(info, p, slot) {
+				n := fmt.Sprintf("%s heads slot=%v %d", name, slot, i)
+				out[n+" pick"], out[n+" by id"] = q.pick, fmt.Sprintf(q.query, "?, ?")
+			}
 		}
 	}
 	return out
