@@ -77,10 +77,10 @@ func explainRows(t *testing.T, db *sql.DB, q string, args ...any) []string {
 
 // TestClaimPlanContractOnly checks that on a table with only the contract's
 // indexes every locking SELECT of a claim, and every read by which ordered
-// claims pick heads, reads a range of the (status, next_retry_at) index with
-// no sort: walking the primary key would step over
-// every sent row the table keeps, and a sort would read, and lock, every due
-// row. Then that claims on it take every row once, due rows only.
+// claims pick heads, reads a range of the (status, next_retry_at) index
+// with no sort: walking the primary key would step over every sent row the
+// table keeps, and a sort would read, and lock, every due row. Then that
+// claims on it take every row once, due rows only.
 func TestClaimPlanContractOnly(t *testing.T) {
 	t.Parallel()
 	db := testDB(t)
@@ -151,10 +151,10 @@ func TestMissingIndexes(t *testing.T) {
 // TestOrderedHeadsLockOnlyWhatTheyTake checks that the heads an ordered
 // claim takes on a table without the head index cost row locks in
 // proportion to the rows, not to the history of their aggregates. The
-// check that a row is a head reads every earlier row of its aggregate, and
-// inside a locking read MariaDB locks what it reads: the control
-// below, that single statement, locks every sent row of the aggregates it
-// goes through, where the claim picks with a plain read and locks by id.
+// check that a row is a head reads the earlier rows of its aggregate, and
+// inside a locking read MariaDB locks what it reads: the control below,
+// that single statement, locks thousands of rows for one head, where the
+// claim picks with a plain read and locks by id.
 func TestOrderedHeadsLockOnlyWhatTheyTake(t *testing.T) {
 	t.Parallel()
 	s, db := contractStore(t)
