@@ -45,17 +45,15 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	if err != nil {
 		return nil, fmt.Errorf("mysqlstore: claim: %w", err)
 	}
-	unordered := p
-	unordered.Ordered = false
-	q, sel := s.claimSQLs(info, unordered)
+	q, sel := s.claimSQLs(info, p)
 	var st claimStatements
 	st.lock, st.sel, st.lease = lockSQLs(q, false), sel, s.leaseSQL(info)
 	if p.Ordered {
 		st.heads, st.ord = s.headsSQLs(info, p, false), s.orderedClaimSQL(info, p, sel)
 	}
 	if p.Ordered && p.Slots > 1 {
-		st.lock, st.prefer = s.slotSQLs(info, unordered), true
-		st.pick, st.byID = s.slotPickSQL(info, unordered)
+		st.lock, st.prefer = s.slotSQLs(info, p), true
+		st.pick, st.byID = s.slotPickSQL(info, p)
 		st.slotHeads, st.slotOrd = s.headsSQLs(info, p, true), s.orderedSlotSQL(info, p, sel)
 	}
 	var c *outbox.Claim
@@ -153,7 +151,7 @@ func (cl *claimLocks) candidates(st claimStatements) (othersRan bool, err error)
 			return false, err
 		}
 		next = 1 // the pick replaces the slot's locking SELECT
-		if picked == slotPickRows*p.Limit {
+		if picked == pickRows*p.Limit {
 			next = len(st.lock) // more of the slot's rows are due: not the others
 		}
 	}
@@ -259,7 +257,7 @@ func (s *Store) lease(ctx context.Context, tx *sql.Tx, st claimStatements, p out
 // (slotPickSQL) and returns how many ids it picked.
 func (s *Store) pickSlot(ctx context.Context, tx *sql.Tx, st claimStatements, p outbox.ClaimParams,
 	lock func(extra *int64, query string, args ...any) (int, error)) (int, error) {
-	picked, _, err := s.pickAndLock(ctx, tx, st.pick, st.byID, []any{p.Slots, p.Slot, slotPickRows * p.Limit}, p.Limit, lock)
+	picked, _, err := s.pickAndLock(ctx, tx, st.pick, st.byID, []any{p.Slots, p.Slot, pickRows * p.Limit}, p.Limit, lock)
 	return picked, err
 }
 
@@ -314,13 +312,7 @@ func (s *Store) lockHeads(ctx context.Context, tx *sql.Tx, ord *orderedSQL, head
 			if got == limit {
 				break
 			}
-			var n int
-			var err error
-			if q.pick == "" {
-				n, err = lock(nil, q.query, withLimit(limit-got)...)
-			} else {
-				_, n, err = s.pickAndLock(ctx, tx, q.pick, q.query, withLimit(slotPickRows*(limit-got)), limit-got, lock)
-			}
+			_, n, err := s.pickAndLock(ctx, tx, q.pick, q.query, withLimit(pickRows*(limit-got)), limit-got, lock)
 			if err != nil {
 				return err
 			}
@@ -459,10 +451,11 @@ func (s *Store) claimHead(info tableInfo, p outbox.ClaimParams) (string, []strin
 		" FROM " + s.table.quoted() + " AS c", sel
 }
 
-// slotPickRows is how many times the limit of ids a claim with a slot
-// picks: the rows other claims hold by the time it locks are skipped, and
-// the spare ids keep the claim full.
-const slotPickRows = 2
+// pickRows is how many times the limit of ids a plain read picks before
+// the claim locks them by id (a slot's candidates, slotPickSQL; heads
+// without the head index, headsSQLs): the rows other claims hold by the
+// time it locks are skipped, and the spare ids keep the claim full.
+const pickRows = 2
 
 // slotPickSQL builds, for a table with the (status, id) index, the two
 // statements by which a claim with a slot preference takes its slot's
@@ -508,9 +501,9 @@ const pickDue = "c.status = 0 AND (c.next_retry_at IS NULL OR c.next_retry_at <=
 // lockSQL is one of a claim's locking SELECTs.
 type lockSQL struct {
 	query string
-	// pick, when set, is a plain read of the ids that query (then a
-	// locking read by id, byIDSQL) locks, with the same parameters but
-	// for its limit (headsSQLs).
+	// pick is, for heads (headsSQLs), the plain read of the ids that
+	// query, then a locking read by id (byIDSQL), locks; it takes the
+	// parameters that slot says.
 	pick string
 	// slot says that its parameters are ClaimParams.Slots and Slot
 	// (slotHash), then the limit; otherwise the limit alone.

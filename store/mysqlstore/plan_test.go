@@ -197,7 +197,7 @@ func TestOrderedHeadsLockOnlyWhatTheyTake(t *testing.T) {
 		return rowLocks(tx)
 	})
 	require.Equal(t, 1, heads, "the first pending row of the last aggregate")
-	require.LessOrEqual(t, locks, slotPickRows*p.Limit, "row locks for %d heads", heads)
+	require.LessOrEqual(t, locks, pickRows*p.Limit, "row locks for %d heads", heads)
 
 	control := inTx(func(tx *sql.Tx) int {
 		pick := s.headsSQLs(info, p, false)[1].pick // the rows never claimed
