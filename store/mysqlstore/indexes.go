@@ -29,8 +29,9 @@ func (s *Store) MissingIndexes(ctx context.Context) ([]outbox.TableProblem, erro
 		{claimIndex(lead), "(status, id)", "idx_status_id", "(status, id)",
 			"claims read the (status, next_retry_at) index: rows due again first, then rows never claimed, in id order"},
 		{headIndex(lead), "(status, aggregate_type, aggregate_id)", "idx_status_aggregate", "(status, aggregate_type, aggregate_id, id)",
-			"ordered claims read each aggregate's earlier rows in ranges of the (status, next_retry_at) index, checked " +
-				"against the aggregates: about the rows in front of the claim, never the table's sent rows"},
+			"ordered claims read each aggregate's earlier rows in ranges of the (status, next_retry_at) index, never the " +
+				"table's sent rows; but when their runs come back short (often with several ordered relays) they check each " +
+				"due row through (aggregate_type, aggregate_id), every row the table keeps of its aggregate"},
 	} {
 		if ix.found != "" {
 			continue
