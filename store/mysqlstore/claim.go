@@ -49,12 +49,12 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	var st claimStatements
 	st.lock, st.sel, st.lease = lockSQLs(q, false), sel, s.leaseSQL(info)
 	if p.Ordered {
-		st.heads, st.ord = s.headsSQLs(info, p, false), s.orderedClaimSQL(info, p, sel)
+		st.heads, st.ord = s.headReadsFor(info, p, false), s.orderedClaimSQL(info, p, sel)
 	}
 	if p.Ordered && p.Slots > 1 {
 		st.lock, st.prefer = s.slotSQLs(info, p), true
 		st.pick, st.byID = s.slotPickSQL(info, p)
-		st.slotHeads, st.slotOrd = s.headsSQLs(info, p, true), s.orderedSlotSQL(info, p, sel)
+		st.slotHeads, st.slotOrd = s.headReadsFor(info, p, true), s.orderedSlotSQL(info, p, sel)
 	}
 	var c *outbox.Claim
 	err = s.core.InTx(ctx, func(tx *sql.Tx) (err error) {
@@ -75,14 +75,14 @@ type claimStatements struct {
 	prefer bool
 	sel    []string    // the columns they decode
 	lease  string      // the UPDATE that leases the rows (leaseSQL)
-	heads  []lockSQL   // ordered claims without the head index: the reads that take heads (headsSQLs)
+	heads  *headReads  // ordered claims without the head index: the reads that take heads (heads.go)
 	ord    *orderedSQL // ordered claims with the head index: the statements that take heads (ordered.go)
 	// With prefer, on a table with the (status, id) index: the slot's
 	// candidates are picked and then locked by id (slotPickSQL), instead
 	// of lock[0].
 	pick, byID string
 	// With prefer: heads and ord restricted to the slot's aggregates.
-	slotHeads []lockSQL
+	slotHeads *headReads
 	slotOrd   *orderedSQL
 }
 
@@ -253,41 +253,22 @@ func (s *Store) lease(ctx context.Context, tx *sql.Tx, st claimStatements, p out
 	return c, nil
 }
 
-// pickSlot takes a claim's candidates of its slot with st.pick and st.byID
-// (slotPickSQL) and returns how many ids it picked.
+// pickSlot takes a claim's candidates of its slot with st.pick, a plain
+// read of their ids, and st.byID (slotPickSQL), and returns how many ids it
+// picked.
 func (s *Store) pickSlot(ctx context.Context, tx *sql.Tx, st claimStatements, p outbox.ClaimParams,
 	lock func(extra *int64, query string, args ...any) (int, error)) (int, error) {
-	picked, _, err := s.pickAndLock(ctx, tx, st.pick, st.byID, []any{p.Slots, p.Slot, pickRows * p.Limit}, p.Limit, lock)
-	return picked, err
-}
-
-// pickAndLock runs pick, a plain read of ids with pickArgs, then locks up
-// to limit of the rows with those ids with byID (%s: their placeholders;
-// then the limit), and returns how many ids it picked and how many rows it
-// locked.
-func (s *Store) pickAndLock(ctx context.Context, tx *sql.Tx, pick, byID string, pickArgs []any, limit int,
-	lock func(extra *int64, query string, args ...any) (int, error)) (picked, locked int, err error) {
-	rows, err := tx.QueryContext(ctx, s.sql(pick), pickArgs...)
-	if err != nil {
-		return 0, 0, fmt.Errorf("pick rows: %w", err)
-	}
 	var ids []any
-	for rows.Next() {
+	err := queryRows(ctx, tx, s.sql(st.pick), []any{p.Slots, p.Slot, pickRows * p.Limit}, func(rows *sql.Rows) error {
 		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return 0, 0, fmt.Errorf("pick rows: %w", err)
-		}
+		err := rows.Scan(&id)
 		ids = append(ids, id)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("pick rows: %w", err)
 	}
-	if err := rows.Err(); err != nil {
-		return 0, 0, fmt.Errorf("pick rows: %w", err)
-	}
-	if len(ids) == 0 {
-		return 0, 0, nil
-	}
-	locked, err = lock(nil, fmt.Sprintf(byID, sqlcore.Placeholders(len(ids))), append(ids, limit)...)
-	return len(ids), locked, err
+	return len(ids), lockPicked(st.byID, ids, p.Limit, lock)
 }
 
 // lockHeads locks up to limit heads the way ordered claims took them before
@@ -297,27 +278,23 @@ func (s *Store) pickAndLock(ctx context.Context, tx *sql.Tx, pick, byID string, 
 // below it lie only rows this claim holds already, which the walk would
 // probe again and return (a transaction's own locks are not skipped),
 // counting them in its limit, and rows of other claims. (The loose scan
-// reads every aggregate anyway, and its rows carry their count.)
-func (s *Store) lockHeads(ctx context.Context, tx *sql.Tx, ord *orderedSQL, heads []lockSQL, p outbox.ClaimParams, limit int,
+// reads every aggregate anyway, and its rows carry their count.) On a
+// table without the head index, pickHeads finds them (heads.go).
+func (s *Store) lockHeads(ctx context.Context, tx *sql.Tx, ord *orderedSQL, heads *headReads, p outbox.ClaimParams, limit int,
 	after int64, lock func(extra *int64, query string, args ...any) (int, error)) error {
+	if ord == nil {
+		ids, err := s.pickHeads(ctx, tx, heads, p, limit)
+		if err != nil {
+			return err
+		}
+		return lockPicked(heads.byID, ids, limit, lock)
+	}
 	var slot []any // the slot's parameters of statements restricted to it, right before the limit
-	if (ord != nil && ord.slot) || (ord == nil && len(heads) > 0 && heads[0].slot) {
+	if ord.slot {
 		slot = []any{p.Slots, p.Slot}
 	}
 	withLimit := func(limit int, args ...any) []any { return append(append(args, slot...), limit) }
 	switch {
-	case ord == nil:
-		got := 0
-		for _, q := range heads {
-			if got == limit {
-				break
-			}
-			_, n, err := s.pickAndLock(ctx, tx, q.pick, q.query, withLimit(pickRows*(limit-got)), limit-got, lock)
-			if err != nil {
-				return err
-			}
-			got += n
-		}
 	case s.fewAggregates(p):
 		// Every aggregate fits in one claim: the loose scan alone.
 		var aggs int64
@@ -453,7 +430,7 @@ func (s *Store) claimHead(info tableInfo, p outbox.ClaimParams) (string, []strin
 
 // pickRows is how many times the limit of ids a plain read picks before
 // the claim locks them by id (a slot's candidates, slotPickSQL; heads
-// without the head index, headsSQLs): the rows other claims hold by the
+// without the head index, pickHeads): the rows other claims hold by the
 // time it locks are skipped, and the spare ids keep the claim full.
 const pickRows = 2
 
@@ -501,10 +478,6 @@ const pickDue = "c.status = 0 AND (c.next_retry_at IS NULL OR c.next_retry_at <=
 // lockSQL is one of a claim's locking SELECTs.
 type lockSQL struct {
 	query string
-	// pick is, for heads (headsSQLs), the plain read of the ids that
-	// query, then a locking read by id (byIDSQL), locks; it takes the
-	// parameters that slot says.
-	pick string
 	// slot says that its parameters are ClaimParams.Slots and Slot
 	// (slotHash), then the limit; otherwise the limit alone.
 	slot bool
@@ -545,38 +518,6 @@ func (s *Store) slotSQLs(info tableInfo, p outbox.ClaimParams) []lockSQL {
 func (s *Store) claimSQLsWhere(info tableInfo, p outbox.ClaimParams, extra string) ([]string, []string) {
 	head, sel := s.claimHead(info, p)
 	return s.dueScans(info, head, extra, " LIMIT ? FOR UPDATE SKIP LOCKED"), sel
-}
-
-// headsSQLs builds the statements by which an ordered claim on a table
-// without the head index takes heads, each a plain read of the ids of due
-// rows with no earlier pending (or, with p.BlockOnDead, dead) row of their
-// aggregate, then a locking read of those rows by id (byIDSQL); with slot,
-// restricted to the slot's aggregates (parameters Slots and Slot before the
-// limit). The rules of runs.go decide what the claim keeps of them.
-//
-// Why not one locking read with the condition, as before: MariaDB locks
-// what its NOT EXISTS reads too, the earlier rows of each row's aggregate,
-// sent ones included, and keeps them locked until the commit. On a table
-// that keeps its history, one such read locked 91,576 rows to return 79
-// (100 aggregates of 1,000 sent rows each, in outbox bench), and three
-// relays doing so filled MariaDB's default 128 MB buffer pool with lock
-// memory until InnoDB stopped the server (TestOrderedHeadsLockOnlyWhatTheyTake).
-func (s *Store) headsSQLs(info tableInfo, p outbox.ClaimParams, slot bool) []lockSQL {
-	blocking := "0"
-	if p.BlockOnDead {
-		blocking = "0, 2"
-	}
-	extra := " AND NOT EXISTS (SELECT 1 FROM " + s.table.quoted() + " AS h WHERE h.aggregate_type = c.aggregate_type" +
-		" AND h.aggregate_id = c.aggregate_id AND h.id < c.id AND h.status IN (" + blocking + "))"
-	if slot {
-		extra += " AND " + slotHash + " = ?"
-	}
-	byID := s.byIDSQL(info, p)
-	var out []lockSQL
-	for _, pick := range s.dueScans(info, "SELECT c.id FROM "+s.table.quoted()+" AS c", extra, " LIMIT ?") {
-		out = append(out, lockSQL{query: byID, pick: pick, slot: slot})
-	}
-	return out
 }
 
 // dueScans builds the reads of due pending rows that start with head (up

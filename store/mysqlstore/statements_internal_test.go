@@ -101,9 +101,11 @@ func (s *Store) statements(info tableInfo) map[string]string {
 			out[name+" slot pick"], out[name+" slot by id"] = pick, fmt.Sprintf(byID, "?, ?")
 		}
 		for _, slot := range []bool{false, true} {
-			for i, q := range s.headsSQLs(info, p, slot) {
-				n := fmt.Sprintf("%s heads slot=%v %d", name, slot, i)
-				out[n+" pick"], out[n+" by id"] = q.pick, fmt.Sprintf(q.query, "?, ?")
+			h := s.headReadsFor(info, p, slot)
+			n := fmt.Sprintf("%s heads slot=%v", name, slot)
+			out[n+" fresh"], out[n+" by id"] = h.fresh, fmt.Sprintf(h.byID, "?, ?")
+			if h.others != "" {
+				out[n+" others"] = h.others
 			}
 		}
 	}
