@@ -36,7 +36,7 @@ import (
 // statement's snapshot; what the claim keeps of them is decided afterwards,
 // with every other row it locked, by the fresh read of runs.go. The cost is
 // bounded by the window plus one dive per aggregate. A table without the
-// head index keeps the single walk.
+// head index reads the backlog instead (heads.go).
 
 // orderedWindow is how many due pending rows the walk looks at for a claim
 // of limit rows.

@@ -281,3 +281,62 @@ func countRows(t *testing.T, tx *sql.Tx, q string, args ...any) int {
 	require.NoError(t, queryRows(t.Context(), tx, q, args, func(*sql.Rows) error { n++; return nil }))
 	return n
 }
+
+// TestHeadsBeyondTheFirstPage checks how far the heads step reads on a table
+// without the head index (pickHeads). The first 300 rows of the backlog,
+// more than the first page of a claim of 10, belong to aggregates held
+// back: leased (in flight), or dead with BlockOnDead. A head behind them is
+// found by reading on; a read of the whole backlog that finds none makes
+// the next headsPause steps read only the first page, and a dead front,
+// which gives heads further on, pauses nothing.
+func TestHeadsBeyondTheFirstPage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		held string // what holds the first row of each of the 3 aggregates at the front back
+		p    outbox.ClaimParams
+	}{
+		{"InFlight", "status = 0, next_retry_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR", outbox.ClaimParams{Limit: 10, Ordered: true}},
+		{"DeadBlocks", "status = 2", outbox.ClaimParams{Limit: 10, Ordered: true, BlockOnDead: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, db := contractStore(t)
+			ctx := t.Context()
+			require.Greater(t, 300, firstPage(tc.p.Limit))
+			_, err := db.ExecContext(ctx, `INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload)
+				WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300)
+				SELECT CONCAT('m', i), 'order', CONCAT('a', i % 3), 'E', '{}' FROM n`)
+			require.NoError(t, err)
+			_, err = db.ExecContext(ctx, "UPDATE outbox_message SET "+tc.held+" WHERE id <= 3")
+			require.NoError(t, err)
+			info, err := s.tableInfo(ctx, db)
+			require.NoError(t, err)
+			h := s.headReadsFor(info, tc.p, false)
+			pick := func() []any {
+				var ids []any
+				inReadCommitted(t, db, func(tx *sql.Tx) int {
+					ids, err = s.pickHeads(ctx, tx, h, tc.p, tc.p.Limit)
+					require.NoError(t, err)
+					return 0
+				})
+				return ids
+			}
+
+			require.Empty(t, pick(), "every aggregate held back")
+			require.EqualValues(t, headsPause, s.headsPaused[0].Load(), "a read of the whole backlog found no head")
+			// A new aggregate behind the held-back rows: the paused steps
+			// read only the first page, then a deep read finds it.
+			_, err = db.ExecContext(ctx, "INSERT INTO outbox_message (id, message_id, aggregate_type, aggregate_id, event_type, payload)"+
+				" VALUES (1000, 'new', 'order', 'b', 'E', '{}')")
+			require.NoError(t, err)
+			for range headsPause {
+				require.Empty(t, pick(), "paused: the first page only")
+			}
+			for range 3 {
+				require.Equal(t, []any{int64(1000)}, pick(), "found by reading on, and pausing nothing")
+			}
+			require.Zero(t, s.headsPaused[0].Load())
+		})
+	}
+}

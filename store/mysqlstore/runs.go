@@ -55,8 +55,8 @@ import (
 // would hand out nothing while the blocked rows fill the front of the
 // backlog. So the claim then also takes heads the way ordered claims always
 // did (ordered.go: a window of the due rows and a loose scan of the head
-// index, or on a table without it the walk that probes each row), and runs
-// (2) and (3) again over everything it locked.
+// index; on a table without it, the first rows of the aggregates in the
+// backlog, heads.go), and runs (2) and (3) again over everything it locked.
 
 // runCap is the most rows of one aggregate an ordered claim of limit rows
 // keeps: a quarter of the limit, at least one, as on PostgreSQL. An

@@ -81,6 +81,9 @@ type Store struct {
 	// front, set only by tests, makes every ordered claim try the front
 	// scan (never paused) or none.
 	front frontPolicy
+	// headsPaused is how many more heads steps read only the first page of
+	// the backlog (pickHeads): [0] of any aggregate, [1] of a slot's.
+	headsPaused [2]atomic.Int32
 
 	mu          sync.Mutex
 	info        *tableInfo // detected once; nil until then, reset by Migrate
