@@ -114,7 +114,8 @@ func (s *Store) prepareRelayStatements(ctx context.Context, cols map[string]stri
 		{"ack", q.ack}, {"delete", q.del}, {"reschedule", q.reschedule}, {"kill", q.kill}, {"stats", q.stats},
 	}
 	for i, oq := range buildOrderedQueries(s.ident, q, s.asyncFilter()) {
-		stmts = append(stmts, struct{ name, sql string }{fmt.Sprintf("ordered claim without the head index (%d)", i), oq.byStatus})
+		stmts = append(stmts, struct{ name, sql string }{fmt.Sprintf("ordered claim without the head index (%d)", i), oq.byStatus},
+			struct{ name, sql string }{fmt.Sprintf("ordered claim of the whole backlog without the head index (%d)", i), oq.byStatusAll})
 	}
 	// Runs claims read the aggregates' rows through the head index, or
 	// through the contract's (aggregate_type, aggregate_id) index without it.

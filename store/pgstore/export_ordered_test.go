@@ -26,6 +26,10 @@ func OrderedWalkSQL(ctx context.Context, s *Store, blockOnDead bool) (string, er
 // OrderedWindow is the number of rows the walk looks at for a claim of limit rows.
 var OrderedWindow = orderedWindow
 
+// HeadsPause is how many heads claims on a table without the head index
+// read only their window after one that found no head in the whole backlog.
+const HeadsPause = headsPause
+
 // WithHeadsOnlyClaims makes ordered claims take heads only, as before runs,
 // for the tests of the heads claim (ordered.go) that runs claims fall back on.
 func WithHeadsOnlyClaims() Option { return func(c *config) { c.headsOnly = true } }

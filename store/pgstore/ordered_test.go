@@ -273,18 +273,58 @@ func contractFixture(t *testing.T, opts ...pgstore.Option) *orderedFixture {
 }
 
 // TestOrderedClaimWithoutTheHeadIndex runs ordered claims on a team's table
-// that has only the contract's indexes: the store falls back to one walk over
-// the whole backlog, slower on a deep one but with the same result.
+// that has only the contract's indexes: the window of the first due rows
+// gives the head of the aggregate at the front; the heads behind it come
+// from a read of the whole backlog when the window gives none.
 func TestOrderedClaimWithoutTheHeadIndex(t *testing.T) {
 	t.Parallel()
 	f := contractFixture(t, pgstore.WithHeadsOnlyClaims())
 	base := f.pool
 	f.write(t, "hot", 400)
 	f.write(t, "b", 2)
-	got, msgs, _ := f.claim(t, 10, true)
-	require.Equal(t, []string{"hot#0", "b#0"}, got)
-	f.ack(t, msgs)
+	got, hot, _ := f.claim(t, 10, true)
+	require.Equal(t, []string{"hot#0"}, got, "the window's head")
+	got, b, _ := f.claim(t, 10, true)
+	require.Equal(t, []string{"b#0"}, got, "hot#0 in flight: the whole backlog")
+	f.ack(t, append(hot, b...))
 	got, _, _ = f.claim(t, 10, true)
-	require.Equal(t, []string{"hot#1", "b#1"}, got)
+	require.Equal(t, []string{"hot#1"}, got)
 	require.Zero(t, count(t, base, `SELECT count(*) FROM pg_indexes WHERE tablename = 'team_outbox' AND indexname LIKE '%head%'`))
+}
+
+// TestOrderedClaimWithoutTheHeadIndexHeldRows checks, on a team's table with
+// only the contract's indexes, that rows leased (in flight) and dead rows
+// (with BlockOnDead) hold their aggregates back in the read of the whole
+// backlog, which has no check through the aggregates' history; and that a
+// read of the whole backlog that finds no head makes the next
+// HeadsPause claims read only their window.
+func TestOrderedClaimWithoutTheHeadIndexHeldRows(t *testing.T) {
+	t.Parallel()
+	f := contractFixture(t, pgstore.WithHeadsOnlyClaims())
+	f.write(t, "hot", 400)
+	f.write(t, "b", 3)
+	f.write(t, "c", 2)
+	got, _, _ := f.claim(t, 10, true)
+	require.Equal(t, []string{"hot#0"}, got)
+	// hot#0 stays in flight from here on: the window holds no head.
+	got, b, _ := f.claim(t, 10, true)
+	require.Equal(t, []string{"b#0", "c#0"}, got)
+	require.NoError(t, f.store.Kill(t.Context(), outbox.KillParams{Dead: []outbox.Dead{{Message: b[0], Reason: "poison"}}}))
+	f.ack(t, b[1:])
+	got, _, _ = f.claim(t, 10, true)
+	require.Equal(t, []string{"c#1"}, got, "the dead b#0 holds b#1 back")
+	got, _, _ = f.claim(t, 10, false)
+	require.Equal(t, []string{"b#1"}, got, "without BlockOnDead b#1 goes past the dead b#0")
+
+	// Every aggregate in flight: no head, and the next claims read only
+	// their window, so a new aggregate behind it waits for them.
+	got, _, _ = f.claim(t, 10, false)
+	require.Empty(t, got)
+	f.write(t, "d", 1)
+	for range pgstore.HeadsPause {
+		got, _, _ = f.claim(t, 10, false)
+		require.Empty(t, got, "paused: the window only")
+	}
+	got, _, _ = f.claim(t, 10, false)
+	require.Equal(t, []string{"d#0"}, got)
 }

@@ -71,12 +71,14 @@ func statementDump(t *testing.T, cols map[string]string, m *colmap.Rewriter) str
 			add(fmt.Sprintf("%sordered %d headsFrom", p, i), oq.headsFrom)
 			add(fmt.Sprintf("%sordered %d headsUpTo", p, i), oq.headsUpTo)
 			add(fmt.Sprintf("%sordered %d byStatus", p, i), oq.byStatus)
+			add(fmt.Sprintf("%sordered %d byStatusAll", p, i), oq.byStatusAll)
 		}
 		for i, oq := range buildSlotOrderedQueries(`"outbox_message"`, q, async) {
 			add(fmt.Sprintf("%sslot ordered %d walk", p, i), oq.walk)
 			add(fmt.Sprintf("%sslot ordered %d headsFrom", p, i), oq.headsFrom)
 			add(fmt.Sprintf("%sslot ordered %d headsUpTo", p, i), oq.headsUpTo)
 			add(fmt.Sprintf("%sslot ordered %d byStatus", p, i), oq.byStatus)
+			add(fmt.Sprintf("%sslot ordered %d byStatusAll", p, i), oq.byStatusAll)
 		}
 		for _, head := range []bool{false, true} {
 			for i, rq := range buildRunsQueries(`"outbox_message"`, q, head, async) {
