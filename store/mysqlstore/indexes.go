@@ -29,9 +29,9 @@ func (s *Store) MissingIndexes(ctx context.Context) ([]outbox.TableProblem, erro
 		{claimIndex(lead), "(status, id)", "idx_status_id", "(status, id)",
 			"claims read the (status, next_retry_at) index: rows due again first, then rows never claimed, in id order"},
 		{headIndex(lead), "(status, aggregate_type, aggregate_id)", "idx_status_aggregate", "(status, aggregate_type, aggregate_id, id)",
-			"ordered claims read each aggregate's earlier rows in ranges of the (status, next_retry_at) index, never the " +
-				"table's sent rows; but when their runs come back short (often with several ordered relays) they check each " +
-				"due row through (aggregate_type, aggregate_id), every row the table keeps of its aggregate"},
+			"ordered claims read each aggregate's earlier rows, and when their runs come back short (often with several " +
+				"ordered relays) the first rows of the backlog's aggregates, in ranges of the (status, next_retry_at) index, " +
+				"never the table's sent rows, but as many rows of the backlog as lie before what they take"},
 	} {
 		if ix.found != "" {
 			continue
