@@ -112,12 +112,13 @@ func firstPage(limit int) int { return max(4*limit, 256) }
 //
 // When the whole backlog gave no head (every aggregate in flight, or held
 // back), the next headsPause heads steps of the Store (of the same kind:
-// of any aggregate, or of a slot's) read only the first page: each would read it all again for nothing, while the rows in flight
-// are still being published. A head that appears further on in the
-// meantime (a new aggregate at the end, a backoff that ran out) waits for
-// them; one at the front does not. A backlog whose front is held back for
-// good (dead rows under DeadBlocks) still gives heads further on to every
-// claim, since the read that finds them pauses nothing.
+// of any aggregate, or of a slot's) read only the first page: each would
+// read it all again for nothing, while the rows in flight are still being
+// published. A head that appears further on in the meantime (a new
+// aggregate at the end, a backoff that ran out) waits for them; one at the
+// front does not. A backlog whose front is held back for good (dead rows
+// under DeadBlocks) still gives heads further on to every claim, since the
+// read that finds them pauses nothing.
 func (s *Store) pickHeads(ctx context.Context, tx *sql.Tx, h *headReads, p outbox.ClaimParams, limit int) ([]any, error) {
 	paused := &s.headsPaused[0]
 	if h.slot {
@@ -172,19 +173,18 @@ func (s *Store) readHeads(ctx context.Context, tx *sql.Tx, h *headReads, p outbo
 		n := 0
 		err := s.readHeadRows(ctx, tx, h.fresh, append(slices.Clone(slot), after, page), func(r headRow) {
 			n, after = n+1, r.id
-			switch {
-			case r.nullAgg:
+			if r.nullAgg {
 				if r.eligible {
 					heads = append(heads, r.id)
 				}
-			default:
-				if _, seen := firstFresh[r.agg]; seen {
-					return
-				}
-				firstFresh[r.agg] = r.id
-				if f, ok := firstOther[r.agg]; r.eligible && (!ok || f.id > r.id) {
-					heads = append(heads, r.id)
-				}
+				return
+			}
+			if _, seen := firstFresh[r.agg]; seen {
+				return
+			}
+			firstFresh[r.agg] = r.id
+			if f, ok := firstOther[r.agg]; r.eligible && (!ok || f.id > r.id) {
+				heads = append(heads, r.id)
 			}
 		})
 		if err != nil {
