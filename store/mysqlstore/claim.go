@@ -526,24 +526,18 @@ func (s *Store) slotSQLs(info tableInfo, p outbox.ClaimParams) []lockSQL {
 // claimSQLsWhere is claimSQLs with extra added to the WHERE of each SELECT.
 func (s *Store) claimSQLsWhere(info tableInfo, p outbox.ClaimParams, extra string) ([]string, []string) {
 	head, sel := s.claimHead(info, p)
-	return s.dueScans(info, head, extra, " LIMIT ? FOR UPDATE SKIP LOCKED"), sel
-}
-
-// dueScans builds the reads of due pending rows that start with head (up
-// to the table aliased c) and end with tail, with extra added to their
-// WHERE, as claimSQLs says.
-func (s *Store) dueScans(info tableInfo, head, extra, tail string) []string {
+	const tail = " LIMIT ? FOR UPDATE SKIP LOCKED"
 	if info.claimIndex == "" && info.statusIndex != "" && info.pkID {
 		force := " FORCE INDEX (" + quoteIdent(info.statusIndex) + ")"
 		return []string{
 			head + force + " WHERE c.status = 0 AND c.next_retry_at <= UTC_TIMESTAMP(6)" + extra +
 				" ORDER BY c.status, c.next_retry_at, c.id" + tail,
 			head + force + " WHERE c.status = 0 AND c.next_retry_at IS NULL" + extra + " ORDER BY c.id" + tail,
-		}
+		}, sel
 	}
 	force := ""
 	if info.claimIndex != "" {
 		force = " FORCE INDEX (" + quoteIdent(info.claimIndex) + ")"
 	}
-	return []string{head + force + " WHERE " + pickDue + extra + " ORDER BY c.id" + tail}
+	return []string{head + force + " WHERE " + pickDue + extra + " ORDER BY c.id" + tail}, sel
 }

@@ -83,8 +83,7 @@ func (s *Store) readFront(ctx context.Context, tx *sql.Tx, info tableInfo, p out
 	if info.claimIndex == "" || !info.pkID || p.Slots > 1 || len(last) == 0 || s.front == frontNever {
 		return nil, false, nil
 	}
-	if s.front == frontAuto && s.frontPaused.Load() > 0 {
-		s.frontPaused.Add(-1)
+	if s.front == frontAuto && s.frontPaused.Skip() {
 		return nil, false, nil
 	}
 	var hi int64
@@ -115,7 +114,7 @@ func (s *Store) readFront(ctx context.Context, tx *sql.Tx, info tableInfo, p out
 	// A status's part that came back full may have more rows up to hi;
 	// counting all parts together errs on the side of giving up.
 	if read > most || len(unknown) > frontSlack(p.Limit) {
-		s.frontPaused.Store(frontPause)
+		s.frontPaused.Start(frontPause)
 		return nil, false, nil
 	}
 	pending = map[aggKey][]int64{}

@@ -90,7 +90,7 @@ func TestFrontScan(t *testing.T) {
 			require.NoError(t, err)
 			if tc.want == nil {
 				require.False(t, ok, "the scan gives up")
-				require.EqualValues(t, frontPause, s.frontPaused.Load(), "and the next claims read per aggregate")
+				require.EqualValues(t, frontPause, s.frontPaused.Left(), "and the next claims read per aggregate")
 				return
 			}
 			require.True(t, ok)
@@ -123,7 +123,7 @@ func TestFrontScanPauses(t *testing.T) {
 	scans := func(policy frontPolicy, paused int32) bool {
 		t.Helper()
 		s.front = policy
-		s.frontPaused.Store(paused)
+		s.frontPaused.Start(paused)
 		tx, err := db.BeginTx(ctx, s.core.TxOptions)
 		require.NoError(t, err)
 		defer tx.Rollback() //nolint:errcheck // read only
@@ -133,7 +133,7 @@ func TestFrontScanPauses(t *testing.T) {
 	}
 	require.True(t, scans(frontAuto, 0))
 	require.False(t, scans(frontAuto, 1), "paused")
-	require.Zero(t, s.frontPaused.Load(), "one claim less to wait")
+	require.Zero(t, s.frontPaused.Left(), "one claim less to wait")
 	require.True(t, scans(frontAlways, 5), "never paused")
 	require.False(t, scans(frontNever, 0))
 	p.Slots = 2

@@ -124,14 +124,9 @@ func (s *Store) pickHeads(ctx context.Context, tx *sql.Tx, h *headReads, p outbo
 	if h.slot {
 		paused = &s.headsPaused[1]
 	}
-	deep := true
-	if paused.Load() > 0 {
-		paused.Add(-1)
-		deep = false
-	}
-	ids, all, err := s.readHeads(ctx, tx, h, p, limit, deep)
+	ids, all, err := s.readHeads(ctx, tx, h, p, limit, !paused.Skip())
 	if all && len(ids) == 0 {
-		paused.Store(headsPause)
+		paused.Start(headsPause)
 	}
 	return ids, err
 }

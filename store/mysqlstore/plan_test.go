@@ -324,7 +324,7 @@ func TestHeadsBeyondTheFirstPage(t *testing.T) {
 			}
 
 			require.Empty(t, pick(), "every aggregate held back")
-			require.EqualValues(t, headsPause, s.headsPaused[0].Load(), "a read of the whole backlog found no head")
+			require.EqualValues(t, headsPause, s.headsPaused[0].Left(), "a read of the whole backlog found no head")
 			// A new aggregate behind the held-back rows: the paused steps
 			// read only the first page, then a deep read finds it.
 			_, err = db.ExecContext(ctx, "INSERT INTO outbox_message (id, message_id, aggregate_type, aggregate_id, event_type, payload)"+
@@ -336,7 +336,7 @@ func TestHeadsBeyondTheFirstPage(t *testing.T) {
 			for range 3 {
 				require.Equal(t, []any{int64(1000)}, pick(), "found by reading on, and pausing nothing")
 			}
-			require.Zero(t, s.headsPaused[0].Load())
+			require.Zero(t, s.headsPaused[0].Left())
 		})
 	}
 }

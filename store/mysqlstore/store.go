@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -77,13 +76,13 @@ type Store struct {
 	afterLock func()
 	// frontPaused is how many more ordered claims read their runs per
 	// aggregate before they try the front scan again (front.go).
-	frontPaused atomic.Int32
+	frontPaused sqlcore.Pause
 	// front, set only by tests, makes every ordered claim try the front
 	// scan (never paused) or none.
 	front frontPolicy
 	// headsPaused is how many more heads steps read only the first page of
 	// the backlog (pickHeads): [0] of any aggregate, [1] of a slot's.
-	headsPaused [2]atomic.Int32
+	headsPaused [2]sqlcore.Pause
 
 	mu          sync.Mutex
 	info        *tableInfo // detected once; nil until then, reset by Migrate

@@ -98,7 +98,7 @@ type orderedState struct {
 	// headsPaused is how many more heads claims on a table without the
 	// head index read only their window (claimOrderedByStatus): [0] of
 	// any aggregate, [1] of a slot's.
-	headsPaused [2]atomic.Int32
+	headsPaused [2]sqlcore.Pause
 	// perAggregate is how many rows, in thousandths, each aggregate a
 	// claim by aggregate read offered in the last one (runs.go); 0 when
 	// unknown.
@@ -453,20 +453,22 @@ func (s *Store) claimOrderedByStatus(ctx context.Context, q *queries, st *ordere
 	if err := s.claimRows(ctx, claim, q, oq.byStatus, []any{&beyond}, mp, append([]any{p.Limit, lease, orderedWindow(p.Limit)}, extra...)...); err != nil {
 		return nil, err
 	}
-	paused := &st.headsPaused[min(len(extra), 1)]
+	paused := &st.headsPaused[0]
+	if len(extra) > 0 { // a slot's heads
+		paused = &st.headsPaused[1]
+	}
 	if claimSize(claim) > 0 || !beyond {
 		sortClaim(claim)
 		return claim, nil
 	}
-	if paused.Load() > 0 {
-		paused.Add(-1)
+	if paused.Skip() {
 		return claim, nil
 	}
 	if err := s.claimRows(ctx, claim, q, oq.byStatusAll, []any{&beyond}, mp, append([]any{p.Limit, lease, int64(math.MaxInt64)}, extra...)...); err != nil {
 		return nil, err
 	}
 	if claimSize(claim) == 0 {
-		paused.Store(headsPause)
+		paused.Start(headsPause)
 	}
 	sortClaim(claim)
 	return claim, nil
