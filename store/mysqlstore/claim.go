@@ -31,10 +31,10 @@ import (
 // the index.
 //
 // With p.Ordered it claims runs, as [outbox.ClaimParams.Ordered] says
-// (runs.go); with p.Slots above 1, on a table with the (status, id) index,
-// it looks first at the rows of the aggregates whose
-// CRC32(CONCAT(aggregate_type, '/', aggregate_id)) MOD p.Slots is p.Slot
-// (slotSQLs), and keeps what it would keep without them.
+// (runs.go); with p.Slots above 1 it looks first at the rows of the
+// aggregates whose CRC32(CONCAT(aggregate_type, '/', aggregate_id)) MOD
+// p.Slots is p.Slot (slotSQLs, slotPickSQL), and keeps what it would keep
+// without them.
 // Rows that cannot be decoded, and rows whose retry_count reached the most
 // attempts an INT counts (2147483647), come back in Claim.Malformed, each
 // error naming the row; a NULL or negative retry_count counts as 0.
@@ -46,12 +46,9 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	if err != nil {
 		return nil, fmt.Errorf("mysqlstore: claim: %w", err)
 	}
-	if info.claimIndex == "" {
-		// Without the (status, id) index a slot's rows are found by a
-		// locking walk of (status, next_retry_at) past every other slot's
-		// rows: on MariaDB three ordered relays drained 0.09 to 0.30 of
-		// unordered with slots, 0.45 to 1.07 without (docs/ordering.md,
-		// "Relay slots").
+	if info.claimIndex == "" && (info.statusIndex == "" || !info.pkID) {
+		// No index walks the pending rows in id order: a slot's rows would
+		// be found only by reading every pending row.
 		p.Slot, p.Slots = 0, 0
 	}
 	q, sel := s.claimSQLs(info, p)
@@ -63,6 +60,13 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	if p.Ordered && p.Slots > 1 {
 		st.lock, st.prefer = s.slotSQLs(info, p), true
 		st.pick, st.byID = s.slotPickSQL(info, p)
+		st.pickIDs = pickRows * p.Limit
+		if info.claimIndex == "" {
+			// Each id costs a read of the other slots' rows beside it, here
+			// and in the read of runs, which reads every row never claimed
+			// up to the last candidate.
+			st.pickIDs = p.Limit
+		}
 		st.slotHeads, st.slotOrd = s.headReadsFor(info, p, true), s.orderedSlotSQL(info, p, sel)
 	}
 	var c *outbox.Claim
@@ -86,10 +90,11 @@ type claimStatements struct {
 	lease  string      // the UPDATE that leases the rows (leaseSQL)
 	heads  *headReads  // ordered claims without the head index: the reads that take heads (heads.go)
 	ord    *orderedSQL // ordered claims with the head index: the statements that take heads (ordered.go)
-	// With prefer, on a table with the (status, id) index: the slot's
-	// candidates are picked and then locked by id (slotPickSQL), instead
-	// of lock[0].
+	// With prefer: the slot's candidates in id order are picked and then
+	// locked by id (slotPickSQL), instead of by the slot's last locking
+	// SELECT; pickIDs is how many ids pick reads.
 	pick, byID string
+	pickIDs    int
 	// With prefer: heads and ord restricted to the slot's aggregates.
 	slotHeads *headReads
 	slotOrd   *orderedSQL
@@ -147,26 +152,27 @@ func (cl *claimLocks) lock(extra *int64, query string, args ...any) (int, error)
 }
 
 // candidates runs the claim's first step, the unordered claim's
-// locking SELECTs (st.lock, or the slot's pick first), up to p.Limit rows.
-// With a preference, the first half of st.lock are the slot's statements:
-// othersRan says that one of the others ran, which means the slot's due
-// rows ran out before the limit.
+// locking SELECTs (st.lock), up to p.Limit rows. With a preference, the
+// first half of st.lock are the slot's statements, and the pick (st.pick)
+// takes the place of the last of them: othersRan says that one of the
+// others ran, which means the slot's due rows ran out before the limit.
 func (cl *claimLocks) candidates(st claimStatements) (othersRan bool, err error) {
 	p := cl.p
-	next := 0 // the first of st.lock still to run
-	if st.pick != "" {
-		picked, err := cl.s.pickSlot(cl.ctx, cl.tx, st, p, cl.lock)
-		if err != nil {
-			return false, err
-		}
-		next = 1 // the pick replaces the slot's locking SELECT
-		if picked == pickRows*p.Limit {
-			next = len(st.lock) // more of the slot's rows are due: not the others
-		}
-	}
-	for i := next; i < len(st.lock); i++ {
+	for i := range st.lock {
 		if len(cl.locked) == p.Limit {
 			break
+		}
+		if st.pick != "" && i == len(st.lock)/2-1 {
+			// The pick replaces the slot's last locking SELECT, that of the
+			// rows in id order.
+			picked, err := cl.s.pickSlot(cl.ctx, cl.tx, st, p, p.Limit-len(cl.locked), cl.lock)
+			if err != nil {
+				return false, err
+			}
+			if picked == st.pickIDs {
+				break // more of the slot's rows are due: not the others
+			}
+			continue
 		}
 		q := st.lock[i]
 		args := []any{p.Limit - len(cl.locked)}
@@ -265,10 +271,10 @@ func (s *Store) lease(ctx context.Context, tx *sql.Tx, st claimStatements, p out
 // pickSlot takes a claim's candidates of its slot with st.pick, a plain
 // read of their ids, and st.byID (slotPickSQL), and returns how many ids it
 // picked.
-func (s *Store) pickSlot(ctx context.Context, tx *sql.Tx, st claimStatements, p outbox.ClaimParams,
+func (s *Store) pickSlot(ctx context.Context, tx *sql.Tx, st claimStatements, p outbox.ClaimParams, limit int,
 	lock func(extra *int64, query string, args ...any) (int, error)) (int, error) {
 	var ids []any
-	err := queryRows(ctx, tx, s.sql(st.pick), []any{p.Slots, p.Slot, pickRows * p.Limit}, func(rows *sql.Rows) error {
+	err := queryRows(ctx, tx, s.sql(st.pick), []any{p.Slots, p.Slot, st.pickIDs}, func(rows *sql.Rows) error {
 		var id int64
 		err := rows.Scan(&id)
 		ids = append(ids, id)
@@ -277,7 +283,7 @@ func (s *Store) pickSlot(ctx context.Context, tx *sql.Tx, st claimStatements, p 
 	if err != nil {
 		return 0, fmt.Errorf("pick rows: %w", err)
 	}
-	return len(ids), lockPicked(st.byID, ids, p.Limit, lock)
+	return len(ids), lockPicked(st.byID, ids, limit, lock)
 }
 
 // lockHeads locks up to limit heads the way ordered claims took them before
@@ -443,12 +449,15 @@ func (s *Store) claimHead(info tableInfo, p outbox.ClaimParams) (string, []strin
 // time it locks are skipped, and the spare ids keep the claim full.
 const pickRows = 2
 
-// slotPickSQL builds, for a table with the (status, id) index, the two
-// statements by which a claim with a slot preference takes its slot's
-// candidates: pick, a plain read of the ids of the slot's first due rows
-// (parameters Slots, Slot, the number of ids), and byID, the locking read of
-// the rows with those ids (%s: their placeholders; then the limit) that are
-// still pending and due, in id order, skipping the rows other claims hold.
+// slotPickSQL builds the two statements by which a claim with a slot
+// preference takes its slot's candidates: pick, a plain read of the ids of
+// the slot's first due rows (parameters Slots, Slot, the number of ids),
+// and byID, the locking read of the rows with those ids (%s: their
+// placeholders; then the limit) that are still pending and due, in id
+// order, skipping the rows other claims hold. On a table with only the
+// contract's indexes the pick reads the rows never claimed, which
+// (status, next_retry_at) keeps in id order; the slot's rows due again
+// come from its locking SELECT, which the pick follows (candidates).
 //
 // Why not the locking scan of the unordered claim: it walks the (status,
 // id) index from the first pending row, over the leased rows of every
@@ -456,14 +465,21 @@ const pickRows = 2
 // rows are a third of them with three relays, so it walks three times as
 // far; on MariaDB the acknowledgements of those rows wait for it
 // (docs/ordering.md, "MariaDB: ordered claims that read before they
-// lock"). The plain read locks nothing; the locking read locks only rows
-// of the slot, which other relays do not pick. What the claim keeps is
+// lock"). On the contract's index it walks every other slot's rows never
+// claimed as well: three ordered relays drained 0.09 to 0.30 of unordered
+// so. The plain read locks nothing; the locking read locks only rows of
+// the slot, which other relays do not pick. What the claim keeps is
 // decided by the runs rule, on the rows it locked, as for any candidates.
 func (s *Store) slotPickSQL(info tableInfo, p outbox.ClaimParams) (pick, byID string) {
-	if info.claimIndex == "" {
-		return "", ""
-	}
 	t := s.table.quoted()
+	if info.claimIndex == "" {
+		if info.statusIndex == "" || !info.pkID {
+			return "", "" // Claim takes no preference there
+		}
+		pick = "SELECT c.id FROM " + t + " AS c FORCE INDEX (" + quoteIdent(info.statusIndex) + ")" +
+			" WHERE c.status = 0 AND c.next_retry_at IS NULL AND " + slotHash + " = ? ORDER BY c.id LIMIT ?"
+		return pick, s.byIDSQL(info, p)
+	}
 	pick = "SELECT c.id FROM " + t + " AS c FORCE INDEX (" + quoteIdent(info.claimIndex) + ") WHERE " + pickDue +
 		" AND " + slotHash + " = ? ORDER BY c.id LIMIT ?"
 	return pick, s.byIDSQL(info, p)

@@ -73,13 +73,11 @@ func pastedStore(t *testing.T) (*mysqlstore.Store, *sql.DB) {
 
 func TestStore(t *testing.T) {
 	storetest.RunSQL(t, storetest.SQLSuite[*mysqlstore.Store, mysqlstore.Option]{
-		// Ordered claims return runs (runs.go), with no slot preference on a
-		// table without the (status, id) index (Claim). MariaDB's JSON column
-		// checks JSON_VALID: TestMalformedRows plants invalid JSON in a LONGTEXT
+		// Ordered claims return runs (runs.go). MariaDB's JSON column checks
+		// JSON_VALID: TestMalformedRows plants invalid JSON in a LONGTEXT
 		// table instead.
-		Harness: storetest.Harness{Runs: true, Dialect: storetest.MySQL, InvalidJSON: false, Time: storetest.TextTime,
-			ContractIgnoresSlots: true},
-		New: newStore, ChunkRows: mysqlstore.WithChunkRows, ContractOnly: pastedStore,
+		Harness: storetest.Harness{Runs: true, Dialect: storetest.MySQL, InvalidJSON: false, Time: storetest.TextTime},
+		New:     newStore, ChunkRows: mysqlstore.WithChunkRows, ContractOnly: pastedStore,
 	})
 }
 

@@ -44,14 +44,7 @@ func (s *suite) orderedStaleSlots(t *testing.T) {
 // checks that an ordered claim with a slot preference takes the rows of its
 // slot's aggregates first (all of them, as runs), then, once those are
 // leased, the rows of other aggregates; every claim safe.
-func (s *suite) slotPreference(t *testing.T) {
-	s.onBothTables(t, func(t *testing.T, f *fx) {
-		if f.contract && s.h.ContractIgnoresSlots {
-			t.Skip("the store takes no slot preference on a table with only the contract's indexes (Harness.ContractIgnoresSlots)")
-		}
-		s.checkSlotPreference(t, f)
-	})
-}
+func (s *suite) slotPreference(t *testing.T) { s.onBothTables(t, s.checkSlotPreference) }
 
 func (s *suite) checkSlotPreference(t *testing.T, f *fx) {
 	if _, ok := f.Store.(outbox.Membership); !ok {

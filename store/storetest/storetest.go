@@ -65,12 +65,6 @@ type Harness struct {
 	// aggregate is pending outside the claim). Default false.
 	Runs bool
 
-	// ContractIgnoresSlots says that the store takes no slot preference
-	// (outbox.ClaimParams.Slot) on the ContractOnly table, as the
-	// interface allows; the suite then checks the preference only on
-	// New's table. Default false.
-	ContractIgnoresSlots bool
-
 	// Time converts a time into the value bound for a timestamp column in raw
 	// SQL (next_retry_at, created_at, updated_at). Default: the time itself.
 	Time func(time.Time) any
@@ -181,9 +175,8 @@ type suite struct {
 // fx is a fixture with the suite's helpers bound to it.
 type fx struct {
 	*Fixture
-	t        *testing.T
-	h        *Harness
-	contract bool // on the table of ContractOnly
+	t *testing.T
+	h *Harness
 }
 
 func (s *suite) fresh(t *testing.T) *fx {
@@ -200,7 +193,7 @@ func (s *suite) contract(t *testing.T) *fx {
 	}
 	f := s.h.ContractOnly(t)
 	require.NotNil(t, f, "Harness.ContractOnly returned nil")
-	return &fx{Fixture: f, t: t, h: &s.h, contract: true}
+	return &fx{Fixture: f, t: t, h: &s.h}
 }
 
 const hour = time.Hour
