@@ -156,6 +156,7 @@ func TestRunPostgresCDC(t *testing.T) {
 	for _, deletes := range []bool{false, true} {
 		t.Run(map[bool]string{false: "KeptRows", true: "WriterDeletes"}[deletes], func(t *testing.T) {
 			t.Parallel()
+			testsvc.NeedLogical(t)
 			pool, _, dsn := testsvc.PostgresSchema(t)
 			var out bytes.Buffer
 			rep, err := Run(t.Context(), Config{DB: dsn, Broker: testsvc.NATSURL(t), Rows: 2000, Rate: 200, Duration: time.Second,

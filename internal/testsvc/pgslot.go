@@ -13,9 +13,11 @@ import (
 // PostgresSlot returns a name unique to t for a replication slot and its
 // publication, and when t ends drops the slot (ending whatever streams it)
 // and the publication of that name, whatever the test left: a slot left
-// behind makes the shared server keep log forever.
+// behind makes the shared server keep log forever. It calls NeedLogical
+// first.
 func PostgresSlot(t testing.TB) string {
 	t.Helper()
+	NeedLogical(t)
 	name := Name(t)
 	t.Cleanup(func() { DropPostgresSlot(t, name, name) })
 	return name

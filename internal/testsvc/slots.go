@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,8 +15,10 @@ import (
 // publication for t, after the schema PostgresSchema gave it, and drops
 // both when t ends, ending first whatever still streams the slot: a slot
 // left behind makes the shared server keep its write-ahead log forever.
+// It calls NeedLogical first.
 func ReplicationSlot(t testing.TB, schema string) (slot, publication string) {
 	t.Helper()
+	NeedLogical(t)
 	slot, publication = schema+"_slot", schema+"_pub"
 	t.Cleanup(func() {
 		if err := DropReplicationSlot(slot, publication); err != nil {
@@ -81,3 +84,37 @@ func LeftoverSlots() ([]string, error) {
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
+
+// NeedLogical skips t, or fails it under CI=true, unless the test
+// PostgreSQL server has wal_level = logical, which the CDC relay's tests
+// need and a stock server does not have (it takes a restart; .ci/run sets
+// it). It reads the setting once per test binary.
+func NeedLogical(t testing.TB) {
+	t.Helper()
+	level, err := walLevel()
+	if err != nil {
+		Unavailable(t, "PostgreSQL", err)
+	}
+	if level == "logical" {
+		return
+	}
+	const fix = "as a superuser run ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL (.ci/run does both)"
+	if InCI() {
+		t.Fatalf("PostgreSQL's wal_level is %s; CDC tests need logical: %s", level, fix)
+	}
+	t.Skipf("skipped: PostgreSQL's wal_level is %s; CDC tests need logical: %s", level, fix)
+}
+
+// walLevel reads the test server's wal_level, once.
+var walLevel = sync.OnceValues(func() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, PostgresURL())
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.Background())
+	var level string
+	err = conn.QueryRow(ctx, "SHOW wal_level").Scan(&level)
+	return level, err
+})
