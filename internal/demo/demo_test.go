@@ -148,6 +148,7 @@ func TestRunPostgresAndNATS(t *testing.T) {
 // the same incident, every paid order shipped once, and no slot left.
 func TestRunPostgresCDC(t *testing.T) {
 	t.Parallel()
+	testsvc.NeedLogical(t)
 	pool, schema, dsn := testsvc.PostgresSchema(t)
 	cfg := smallRun()
 	cfg.DB, cfg.Broker, cfg.Quiet, cfg.CDC = dsn, testsvc.NATSURL(t), true, true
