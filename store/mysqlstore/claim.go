@@ -46,7 +46,7 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 	if err != nil {
 		return nil, fmt.Errorf("mysqlstore: claim: %w", err)
 	}
-	if info.claimIndex == "" && (info.statusIndex == "" || !info.pkID) {
+	if info.claimIndex == "" && !info.byStatusIndex() {
 		// No index walks the pending rows in id order: a slot's rows would
 		// be found only by reading every pending row.
 		p.Slot, p.Slots = 0, 0
@@ -61,7 +61,7 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) (*outbox.Claim,
 		st.lock, st.prefer = s.slotSQLs(info, p), true
 		st.pick, st.byID = s.slotPickSQL(info, p)
 		st.pickIDs = pickRows * p.Limit
-		if info.claimIndex == "" {
+		if info.byStatusIndex() {
 			// Each id costs a read of the other slots' rows beside it, here
 			// and in the read of runs, which reads every row never claimed
 			// up to the last candidate.
@@ -472,16 +472,16 @@ const pickRows = 2
 // decided by the runs rule, on the rows it locked, as for any candidates.
 func (s *Store) slotPickSQL(info tableInfo, p outbox.ClaimParams) (pick, byID string) {
 	t := s.table.quoted()
-	if info.claimIndex == "" {
-		if info.statusIndex == "" || !info.pkID {
-			return "", "" // Claim takes no preference there
-		}
+	switch {
+	case info.byStatusIndex():
 		pick = "SELECT c.id FROM " + t + " AS c FORCE INDEX (" + quoteIdent(info.statusIndex) + ")" +
 			" WHERE c.status = 0 AND c.next_retry_at IS NULL AND " + slotHash + " = ? ORDER BY c.id LIMIT ?"
-		return pick, s.byIDSQL(info, p)
+	case info.claimIndex != "":
+		pick = "SELECT c.id FROM " + t + " AS c FORCE INDEX (" + quoteIdent(info.claimIndex) + ") WHERE " + pickDue +
+			" AND " + slotHash + " = ? ORDER BY c.id LIMIT ?"
+	default:
+		return "", "" // Claim takes no preference there
 	}
-	pick = "SELECT c.id FROM " + t + " AS c FORCE INDEX (" + quoteIdent(info.claimIndex) + ") WHERE " + pickDue +
-		" AND " + slotHash + " = ? ORDER BY c.id LIMIT ?"
 	return pick, s.byIDSQL(info, p)
 }
 
@@ -543,7 +543,7 @@ func (s *Store) slotSQLs(info tableInfo, p outbox.ClaimParams) []lockSQL {
 func (s *Store) claimSQLsWhere(info tableInfo, p outbox.ClaimParams, extra string) ([]string, []string) {
 	head, sel := s.claimHead(info, p)
 	const tail = " LIMIT ? FOR UPDATE SKIP LOCKED"
-	if info.claimIndex == "" && info.statusIndex != "" && info.pkID {
+	if info.byStatusIndex() {
 		force := " FORCE INDEX (" + quoteIdent(info.statusIndex) + ")"
 		return []string{
 			head + force + " WHERE c.status = 0 AND c.next_retry_at <= UTC_TIMESTAMP(6)" + extra +

@@ -63,7 +63,7 @@ func (s *Store) headReadsFor(info tableInfo, p outbox.ClaimParams, slot bool) *h
 		return "SELECT c.id, c.aggregate_type, c.aggregate_id, 0 FROM " + t + " AS c" + force + " WHERE c.status = 2"
 	}
 	h := &headReads{byID: s.byIDSQL(info, p), slot: slot}
-	if info.claimIndex == "" && info.statusIndex != "" && info.pkID {
+	if info.byStatusIndex() {
 		force := " FORCE INDEX (" + quoteIdent(info.statusIndex) + ")"
 		h.fresh = cols + force + " WHERE c.status = 0 AND c.next_retry_at IS NULL AND c.id > ? ORDER BY c.id LIMIT ?"
 		h.others, h.othersSlot = cols+force+" WHERE c.status = 0 AND c.next_retry_at IS NOT NULL", slot

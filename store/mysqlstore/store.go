@@ -198,6 +198,11 @@ type tableInfo struct {
 	headIndex string
 }
 
+// byStatusIndex reports whether claims walk the contract's (status,
+// next_retry_at) index: the table has no claimIndex, and InnoDB ends that
+// index with an id primary key, so its rows never claimed come in id order.
+func (i tableInfo) byStatusIndex() bool { return i.claimIndex == "" && i.statusIndex != "" && i.pkID }
+
 // queryer is a *sql.DB, *sql.Conn or *sql.Tx.
 type queryer = sqlcore.Queryer
 
