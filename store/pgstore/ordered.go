@@ -453,13 +453,13 @@ func (s *Store) claimOrderedByStatus(ctx context.Context, q *queries, st *ordere
 	if err := s.claimRows(ctx, claim, q, oq.byStatus, []any{&beyond}, mp, append([]any{p.Limit, lease, orderedWindow(p.Limit)}, extra...)...); err != nil {
 		return nil, err
 	}
-	paused := &st.headsPaused[0]
-	if len(extra) > 0 { // a slot's heads
-		paused = &st.headsPaused[1]
-	}
 	if claimSize(claim) > 0 || !beyond {
 		sortClaim(claim)
 		return claim, nil
+	}
+	paused := &st.headsPaused[0]
+	if len(extra) > 0 { // a slot's heads
+		paused = &st.headsPaused[1]
 	}
 	if paused.Skip() {
 		return claim, nil
